@@ -10,6 +10,7 @@ export type ErrorKind =
   | 'forbidden' // 403
   | 'payment_required' // 402 (wallet at or below zero)
   | 'not_found' // 404
+  | 'method_not_allowed' // 405
   | 'conflict' // 409 (state conflict: disk in use, invoice void, capacity gone)
   | 'payload_too_large' // 413
   | 'rate_limited' // 429 with Retry-After
@@ -29,7 +30,14 @@ export interface ApiErrorOptions {
   retryAfterMs?: number;
   /** Extra response headers (e.g. rate-limit headers on a refusal). */
   headers?: Record<string, string>;
+  /** Several field errors at once (platform bodies list them all). */
+  issues?: FieldIssue[];
   cause?: unknown;
+}
+
+export interface FieldIssue {
+  param: string;
+  details: string;
 }
 
 export class ApiError extends Error {
@@ -39,6 +47,7 @@ export class ApiError extends Error {
   readonly type?: string;
   readonly retryAfterMs?: number;
   readonly headers?: Record<string, string>;
+  readonly issues?: FieldIssue[];
 
   constructor(kind: ErrorKind, message: string, opts: ApiErrorOptions = {}) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
@@ -49,6 +58,7 @@ export class ApiError extends Error {
     this.type = opts.type;
     this.retryAfterMs = opts.retryAfterMs;
     this.headers = opts.headers;
+    this.issues = opts.issues;
   }
 }
 

@@ -1,0 +1,107 @@
+import type { Config } from './config.js';
+import { connect, type Sql } from './db/index.js';
+import { startEmbedded, type EmbeddedDb } from './db/embedded.js';
+import { migrate } from './db/migrate.js';
+import { Authenticator } from './auth/authenticator.js';
+import { bootstrapAdmin } from './auth/issuance.js';
+import { issuanceRoutes } from './auth/routes.js';
+import { Router, type Route } from './http/router.js';
+import { HttpServer } from './http/server.js';
+import { opsRoutes, type ReadyCheck } from './ops/routes.js';
+import { enableDefaultMetrics } from './metrics.js';
+import { log } from './log.js';
+
+/** What the route families get: configuration, the database, and lifecycle hooks. */
+export interface Services {
+  config: Config;
+  sql: Sql;
+  auth: Authenticator;
+  /** Readiness checks shown by /readyz. */
+  ready: ReadyCheck[];
+  /** Run on shutdown after the servers drained, in reverse order of registration. */
+  onShutdown(fn: () => Promise<void> | void): void;
+}
+
+export interface Daemon {
+  platformPort: number;
+  inferencePort: number;
+  services: Services;
+  shutdown(): Promise<void>;
+}
+
+/** A route family: given the services, returns routes for either address. */
+export interface Module {
+  name: string;
+  init(s: Services): Promise<{ platform?: Route[]; inference?: Route[] }>;
+}
+
+/** Start-up: config -> database -> migrations -> modules -> HTTP. */
+export async function startDaemon(config: Config, modules: Module[]): Promise<Daemon> {
+  enableDefaultMetrics();
+  let embedded: EmbeddedDb | undefined;
+  let url = config.DATABASE_URL;
+  if (!url) {
+    embedded = await startEmbedded(config.dataDir);
+    url = embedded.url;
+  }
+  const sql = connect(url, config.DB_POOL_MAX);
+  const hooks: Array<() => Promise<void> | void> = [];
+  let shuttingDown = false;
+  try {
+    await migrate(sql);
+    await bootstrapAdmin(sql, config.ADMIN_API_KEY);
+  } catch (e) {
+    await sql.end({ timeout: 1 });
+    await embedded?.stop();
+    throw e;
+  }
+  const services: Services = {
+    config,
+    sql,
+    auth: new Authenticator(sql, config.AUTH_CACHE_TTL_MS),
+    ready: [{ name: 'database', check: async () => void (await sql`SELECT 1`) }],
+    onShutdown: (fn) => hooks.push(fn),
+  };
+
+  const platform = new Router();
+  const inference = new Router();
+  const ops = opsRoutes(services.ready, () => shuttingDown);
+  platform.addAll(ops);
+  inference.addAll(ops.map((r) => ({ ...r, family: 'inference' as const })));
+  platform.addAll(issuanceRoutes(sql));
+  for (const m of modules) {
+    const r = await m.init(services);
+    if (r.platform) platform.addAll(r.platform);
+    if (r.inference) inference.addAll(r.inference);
+  }
+
+  const common = { auth: services.auth, bodyBytesMax: config.MAX_BODY_BYTES, timeoutMs: config.REQUEST_TIMEOUT_MS, host: config.HOST };
+  const servers = [
+    new HttpServer({ ...common, name: 'platform', port: config.PORT, family: 'platform', router: platform }),
+    new HttpServer({ ...common, name: 'inference', port: config.INFERENCE_PORT, family: 'inference', router: inference }),
+  ];
+  const [platformPort, inferencePort] = await Promise.all(servers.map((s) => s.listen()));
+  log.info({ platformPort, inferencePort, host: config.HOST, database: embedded ? 'embedded' : 'external' }, 'listening');
+
+  let done: Promise<void> | undefined;
+  const shutdown = () =>
+    (done ??= (async () => {
+      shuttingDown = true;
+      for (const s of servers) s.stopAccepting();
+      const drained = await Promise.all(servers.map((s) => s.drain(config.SHUTDOWN_GRACE_MS)));
+      if (!drained.every(Boolean)) log.warn('shutdown grace period ended with requests still in flight');
+      for (const s of servers) s.close();
+      for (const fn of hooks.reverse()) {
+        try {
+          await fn();
+        } catch (e) {
+          log.error({ err: e }, 'shutdown hook failed');
+        }
+      }
+      await sql.end({ timeout: 5 });
+      await embedded?.stop();
+      log.info('stopped');
+    })());
+
+  return { platformPort: platformPort!, inferencePort: inferencePort!, services, shutdown };
+}

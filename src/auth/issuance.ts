@@ -1,0 +1,117 @@
+import { ApiError, conflict, notFound } from '../errors.js';
+import type { Sql, Tx } from '../db/index.js';
+import { newId } from '../ids.js';
+import { generateKey, hashKey, keyPrefix } from './keys.js';
+import type { RateLimits } from './principal.js';
+
+// Users, teams, memberships and keys. Every user and team gets its wallet in
+// the same transaction that creates it, so no owner is ever without one.
+
+const iso = (d: Date) => d.toISOString();
+const isUniqueViolation = (e: unknown) => (e as { code?: string }).code === '23505';
+
+export async function createUser(sql: Sql, name: string, email: string) {
+  try {
+    return await sql.begin(async (tx) => {
+      const id = newId();
+      const [u] = await tx<{ created_at: Date }[]>`INSERT INTO users (id, name, email) VALUES (${id}, ${name}, ${email}) RETURNING created_at`;
+      const walletId = await createWallet(tx, { userId: id });
+      return { id, name, email, createdAt: iso(u!.created_at), walletId };
+    });
+  } catch (e) {
+    if (isUniqueViolation(e)) throw conflict(`a user with email ${JSON.stringify(email)} already exists`, 'email');
+    throw e;
+  }
+}
+
+export async function createWallet(tx: Tx, owner: { userId?: string; teamId?: string }): Promise<string> {
+  const id = newId();
+  await tx`INSERT INTO wallets (id, user_id, team_id) VALUES (${id}, ${owner.userId ?? null}, ${owner.teamId ?? null})`;
+  return id;
+}
+
+function slugify(name: string): string {
+  const s = name.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '').slice(0, 48);
+  return s || 'team';
+}
+
+export async function createTeam(sql: Sql, name: string, slug: string | null | undefined, email: string | null | undefined) {
+  const explicit = !!slug;
+  const base = slug || slugify(name);
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const candidate = attempt === 0 ? base : `${base}-${newId().slice(0, 6)}`;
+    try {
+      return await sql.begin(async (tx) => {
+        const id = newId();
+        const [t] = await tx<{ created_at: Date }[]>`
+          INSERT INTO teams (id, name, slug, email) VALUES (${id}, ${name}, ${candidate}, ${email ?? null}) RETURNING created_at`;
+        const walletId = await createWallet(tx, { teamId: id });
+        return { id, name, slug: candidate, email: email ?? null, hasBetaAccess: false, createdAt: iso(t!.created_at), walletId };
+      });
+    } catch (e) {
+      if (!isUniqueViolation(e)) throw e;
+      if (explicit) throw conflict(`a team with slug ${JSON.stringify(candidate)} already exists`, 'slug');
+    }
+  }
+  throw conflict('could not find a free slug for this team name; give one explicitly', 'slug');
+}
+
+export async function addMember(sql: Sql, teamId: string, userId: string, role: 'ADMIN' | 'MEMBER') {
+  const [team] = await sql`SELECT 1 FROM teams WHERE id = ${teamId}`;
+  if (!team) throw notFound('team', teamId);
+  const [user] = await sql`SELECT 1 FROM users WHERE id = ${userId}`;
+  if (!user) throw new ApiError('not_found', `user ${JSON.stringify(userId)} not found`, { param: 'userId' });
+  const [row] = await sql<{ joined_at: Date; role: string }[]>`
+    INSERT INTO team_members (team_id, user_id, role) VALUES (${teamId}, ${userId}, ${role})
+    ON CONFLICT (team_id, user_id) DO UPDATE SET role = EXCLUDED.role
+    RETURNING joined_at, role`;
+  return { teamId, userId, role: row!.role, joinedAt: iso(row!.joined_at) };
+}
+
+export async function createApiKey(
+  sql: Sql,
+  userId: string,
+  permissions: string[],
+  name: string | null | undefined,
+  rateLimits: { requestsPerMinute?: number | null; tokensPerMinute?: number | null } | null | undefined,
+) {
+  const [user] = await sql`SELECT 1 FROM users WHERE id = ${userId}`;
+  if (!user) throw new ApiError('not_found', `user ${JSON.stringify(userId)} not found`, { param: 'userId' });
+  const secret = generateKey();
+  const id = newId();
+  const limits = rateLimits ? stripNulls({ ...rateLimits }) : null;
+  const [row] = await sql<{ created_at: Date }[]>`
+    INSERT INTO api_keys (id, user_id, name, key_hash, key_prefix, permissions, rate_limits)
+    VALUES (${id}, ${userId}, ${name ?? null}, ${hashKey(secret)}, ${keyPrefix(secret)}, ${permissions}, ${limits ? sql.json(limits as never) : null})
+    RETURNING created_at`;
+  // The secret is returned here once and never stored.
+  return { id, key: secret, userId, name: name ?? null, permissions, rateLimits: limits, createdAt: iso(row!.created_at) };
+}
+
+function stripNulls(o: { [k: string]: number | null | undefined }): RateLimits {
+  const r: Record<string, number> = {};
+  for (const [k, v] of Object.entries(o)) if (v !== null && v !== undefined) r[k] = v;
+  return r;
+}
+
+export const BOOTSTRAP_ADMIN_USER = 'admin';
+const BOOTSTRAP_ADMIN_KEY_ID = 'bootstrap-admin';
+
+/** Makes ADMIN_API_KEY a live `admin:*` key (or revokes the old one when it is unset). */
+export async function bootstrapAdmin(sql: Sql, secret: string | undefined): Promise<void> {
+  await sql.begin(async (tx) => {
+    if (!secret) {
+      await tx`UPDATE api_keys SET revoked_at = now() WHERE id = ${BOOTSTRAP_ADMIN_KEY_ID} AND revoked_at IS NULL`;
+      return;
+    }
+    const [u] = await tx`SELECT 1 FROM users WHERE id = ${BOOTSTRAP_ADMIN_USER}`;
+    if (!u) {
+      await tx`INSERT INTO users (id, name, email) VALUES (${BOOTSTRAP_ADMIN_USER}, 'Administrator', 'admin@cloudgate.local')`;
+      await createWallet(tx, { userId: BOOTSTRAP_ADMIN_USER });
+    }
+    await tx`
+      INSERT INTO api_keys (id, user_id, name, key_hash, key_prefix, permissions)
+      VALUES (${BOOTSTRAP_ADMIN_KEY_ID}, ${BOOTSTRAP_ADMIN_USER}, 'ADMIN_API_KEY', ${hashKey(secret)}, ${keyPrefix(secret)}, ${['admin:*']})
+      ON CONFLICT (id) DO UPDATE SET key_hash = EXCLUDED.key_hash, key_prefix = EXCLUDED.key_prefix, revoked_at = NULL`;
+  });
+}

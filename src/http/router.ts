@@ -1,0 +1,120 @@
+import type { ApiFamily } from '../errors.js';
+import type { Ctx } from './context.js';
+
+export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+
+export interface Reply {
+  status?: number;
+  /** Serialised as JSON unless `raw` is given. `undefined` with status 204 sends no body. */
+  body?: unknown;
+  /** Pre-serialised body with its content type (metrics text, cached JSON). */
+  raw?: string | Buffer;
+  contentType?: string;
+  headers?: Record<string, string>;
+}
+
+/** A handler returns a Reply, or undefined when it wrote the response itself (SSE). */
+export type Handler = (ctx: Ctx) => Promise<Reply | undefined> | Reply | undefined;
+
+export interface Route {
+  method: Method;
+  /** `/api/v1/pods/:podId`; a final `*name` captures the rest, slashes included. */
+  path: string;
+  family: ApiFamily;
+  /** A permission (`instances:read`), `'authenticated'` (any valid key), or `'public'`. */
+  auth: string;
+  handler: Handler;
+  /** Body limit for this route; the server default otherwise. */
+  bodyBytesMax?: number;
+  /** Deadline for this route; null for handlers that manage their own (streams). */
+  timeoutMs?: number | null;
+}
+
+export interface Match {
+  route: Route;
+  params: Record<string, string>;
+}
+
+interface Compiled {
+  route: Route;
+  segments: string[]; // literal, ':name' or '*name'
+}
+
+/** Strip one trailing slash so `/api/v1/pods` and `/api/v1/pods/` are the same route. */
+function normalise(path: string): string {
+  return path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path;
+}
+
+function decode(seg: string): string | null {
+  if (!seg.includes('%')) return seg;
+  try {
+    return decodeURIComponent(seg);
+  } catch {
+    return null;
+  }
+}
+
+export class Router {
+  private readonly statics = new Map<string, Route>();
+  private readonly dynamic: Compiled[] = [];
+  private readonly pathsSeen = new Map<string, Set<Method>>();
+
+  add(route: Route): this {
+    const path = normalise(route.path);
+    const key = `${route.method} ${path}`;
+    if (!path.includes(':') && !path.includes('*')) {
+      if (this.statics.has(key)) throw new Error(`duplicate route ${key}`);
+      this.statics.set(key, route);
+    } else {
+      this.dynamic.push({ route, segments: path.split('/').slice(1) });
+    }
+    return this;
+  }
+
+  addAll(routes: Route[]): this {
+    for (const r of routes) this.add(r);
+    return this;
+  }
+
+  /** Finds the route; `allowed` lists methods that would match the path (for 405). */
+  match(method: string, rawPath: string): { match?: Match; allowed: Method[] } {
+    const path = normalise(rawPath);
+    const hit = this.statics.get(`${method} ${path}`);
+    if (hit) return { match: { route: hit, params: {} }, allowed: [] };
+    const parts = path.split('/').slice(1);
+    const allowed: Method[] = [];
+    for (const [k, r] of this.statics) if (k.slice(k.indexOf(' ') + 1) === path) allowed.push(r.method);
+    // Literal-first: routes are tried in registration order, so register `/pods/history` before `/pods/:id`.
+    for (const c of this.dynamic) {
+      const params = matchSegments(c.segments, parts);
+      if (!params) continue;
+      if (c.route.method === method) return { match: { route: c.route, params }, allowed: [] };
+      allowed.push(c.route.method);
+    }
+    return { allowed };
+  }
+}
+
+function matchSegments(pattern: string[], parts: string[]): Record<string, string> | null {
+  const params: Record<string, string> = {};
+  for (let i = 0; i < pattern.length; i++) {
+    const p = pattern[i]!;
+    if (p.startsWith('*')) {
+      const rest = parts.slice(i);
+      if (rest.length === 0 || rest.some((s) => s === '')) return null;
+      const decoded = rest.map(decode);
+      if (decoded.some((d) => d === null)) return null;
+      params[p.slice(1)] = decoded.join('/');
+      return params;
+    }
+    const part = parts[i];
+    if (part === undefined) return null;
+    if (p.startsWith(':')) {
+      if (part === '') return null;
+      const d = decode(part);
+      if (d === null) return null;
+      params[p.slice(1)] = d;
+    } else if (p !== part) return null;
+  }
+  return parts.length === pattern.length ? params : null;
+}

@@ -1,0 +1,197 @@
+import { randomUUID } from 'node:crypto';
+import { ApiError, type ApiFamily } from '../errors.js';
+import { log } from '../log.js';
+import { counter, histogram } from '../metrics.js';
+import type { Authenticator } from '../auth/authenticator.js';
+import { can } from '../auth/principal.js';
+import { Ctx, Query } from './context.js';
+import { sendError, sendReply } from './respond.js';
+import type { Match, Method, Router } from './router.js';
+import { loadUws, type HttpResponse, type HttpRequest, type us_listen_socket } from './uws.js';
+
+const requests = counter({
+  name: 'http_requests_total',
+  help: 'HTTP requests answered, by route pattern, method and status',
+  labelNames: ['server', 'route', 'method', 'status'],
+});
+const duration = histogram({
+  name: 'http_request_duration_seconds',
+  help: 'Time from request to the end of its response, by route pattern',
+  labelNames: ['server', 'route', 'method'],
+  buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+});
+
+const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+const EMPTY = Buffer.alloc(0);
+// Client-supplied request ids are kept when they are short and plain, so traces join up.
+const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
+
+export interface ServerOptions {
+  name: 'platform' | 'inference';
+  host: string;
+  port: number;
+  family: ApiFamily;
+  router: Router;
+  auth: Authenticator;
+  bodyBytesMax: number;
+  timeoutMs: number;
+}
+
+/** One listening address: routes, limits, auth, logging, metrics, graceful close. */
+export class HttpServer {
+  private listenSocket: us_listen_socket | undefined;
+  private inflight = 0;
+  private drainWaiters: Array<() => void> = [];
+  private readonly app;
+  port = 0;
+
+  constructor(private readonly opts: ServerOptions) {
+    const uws = loadUws();
+    this.app = uws.App();
+    this.app.any('/*', (res, req) => this.onRequest(res, req));
+  }
+
+  listen(): Promise<number> {
+    const uws = loadUws();
+    return new Promise((resolve, reject) => {
+      this.app.listen(this.opts.host, this.opts.port, (sock) => {
+        if (!sock) return reject(new Error(`${this.opts.name} API: cannot listen on ${this.opts.host}:${this.opts.port}`));
+        this.listenSocket = sock;
+        this.port = uws.us_socket_local_port(sock as never);
+        resolve(this.port);
+      });
+    });
+  }
+
+  /** Stops accepting connections; in-flight requests go on. */
+  stopAccepting(): void {
+    if (!this.listenSocket) return;
+    loadUws().us_listen_socket_close(this.listenSocket);
+    this.listenSocket = undefined;
+  }
+
+  /** Resolves when no request is in flight, or at the deadline. */
+  async drain(deadlineMs: number): Promise<boolean> {
+    if (this.inflight === 0) return true;
+    return Promise.race([
+      new Promise<boolean>((r) => this.drainWaiters.push(() => r(true))),
+      new Promise<boolean>((r) => setTimeout(() => r(false), deadlineMs).unref()),
+    ]);
+  }
+
+  close(): void {
+    this.stopAccepting();
+    (this.app as unknown as { close(): void }).close();
+  }
+
+  private onRequest(res: HttpResponse, req: HttpRequest): void {
+    const method = req.getCaseSensitiveMethod().toUpperCase();
+    const path = req.getUrl();
+    const headers: Record<string, string> = {};
+    req.forEach((k, v) => {
+      headers[k] = v;
+    });
+    const given = headers['x-request-id'];
+    const requestId = given && REQUEST_ID_RE.test(given) ? given : randomUUID();
+    const ctx = new Ctx(res, method, path, new Query(req.getQuery() ?? ''), headers, requestId, this.opts.family);
+    res.onAborted(() => ctx.markAborted());
+    const { match, allowed } = this.opts.router.match(method, path);
+    if (match) {
+      ctx.route = match.route.path;
+      ctx.params = match.params;
+      ctx.family = match.route.family;
+    }
+    this.inflight++;
+    const done = this.readBody(ctx, method, match);
+    void this.handle(ctx, match, allowed, done).finally(() => this.finish(ctx));
+  }
+
+  /** Reads the body up to the route's limit; returns an error to answer at once, if any. */
+  private readBody(ctx: Ctx, method: string, match: Match | undefined): ApiError | undefined {
+    if (!BODY_METHODS.has(method)) {
+      ctx.bodyDone(EMPTY);
+      return undefined;
+    }
+    const limit = match?.route.bodyBytesMax ?? this.opts.bodyBytesMax;
+    const tooLarge = (n: string) =>
+      new ApiError('payload_too_large', `request body of ${n} bytes is over this route's limit of ${limit} bytes`, { param: 'body' });
+    const declared = Number(ctx.header('content-length') ?? NaN);
+    if (declared > limit) {
+      ctx.bodyFail(tooLarge(String(declared)));
+      return tooLarge(String(declared));
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let over = false;
+    ctx.res.onData((ab, isLast) => {
+      if (over) return;
+      size += ab.byteLength;
+      if (size > limit) {
+        over = true;
+        const err = tooLarge(`more than ${limit}`);
+        ctx.bodyFail(err);
+        sendError(ctx, err); // closes the connection: we will not read the rest
+        return;
+      }
+      // uWS reuses the chunk's memory after this callback: copy it.
+      chunks.push(Buffer.from(new Uint8Array(ab)));
+      if (isLast) ctx.bodyDone(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    });
+    return undefined;
+  }
+
+  private async handle(ctx: Ctx, match: Match | undefined, allowed: Method[], early: ApiError | undefined): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      if (early) throw early;
+      if (!match) {
+        if (allowed.length) {
+          throw new ApiError('method_not_allowed', `method ${ctx.method} is not allowed on ${ctx.path}; allowed: ${allowed.join(', ')}`, {
+            headers: { allow: allowed.join(', ') },
+          });
+        }
+        throw new ApiError('not_found', `no route for ${ctx.method} ${ctx.path}`);
+      }
+      const route = match.route;
+      const timeoutMs = route.timeoutMs === undefined ? this.opts.timeoutMs : route.timeoutMs;
+      if (timeoutMs !== null) {
+        timer = setTimeout(() => {
+          const err = new ApiError('timeout', `request did not finish within ${timeoutMs} ms`);
+          ctx.cancel(err);
+          if (!ctx.responded) sendError(ctx, err);
+        }, timeoutMs);
+      }
+      if (route.auth !== 'public') {
+        ctx.principal = await this.opts.auth.authenticate(ctx.header('authorization'));
+        if (route.auth !== 'authenticated' && !can(ctx.principal, route.auth)) {
+          throw new ApiError('forbidden', `this API key lacks the permission ${route.auth}`, { param: 'authorization' });
+        }
+      }
+      const reply = await route.handler(ctx);
+      if (reply) sendReply(ctx, reply);
+      else if (!ctx.responded && !ctx.aborted) throw new Error(`handler for ${route.path} returned no reply`);
+    } catch (e) {
+      if (!ctx.responded && !ctx.aborted) sendError(ctx, e);
+      else if (!(e instanceof ApiError)) log.error({ reqId: ctx.requestId, err: e }, 'error after response started');
+    } finally {
+      if (timer) clearTimeout(timer);
+    }
+  }
+
+  private finish(ctx: Ctx): void {
+    const seconds = (performance.now() - ctx.startedAt) / 1000;
+    const status = ctx.aborted && !ctx.responded ? 499 : ctx.status;
+    const server = this.opts.name;
+    requests.inc({ server, route: ctx.route, method: ctx.method, status: String(status) });
+    duration.observe({ server, route: ctx.route, method: ctx.method }, seconds);
+    log.info(
+      { reqId: ctx.requestId, server, method: ctx.method, route: ctx.route, status, ms: Math.round(seconds * 1e4) / 10, user: ctx.principal?.userId },
+      'request',
+    );
+    if (--this.inflight === 0) {
+      const w = this.drainWaiters;
+      this.drainWaiters = [];
+      for (const f of w) f();
+    }
+  }
+}

@@ -1,0 +1,28 @@
+import type { z } from 'zod';
+import { ApiError, showValue, type FieldIssue } from '../errors.js';
+
+/**
+ * Parses a request part with a zod schema. Every failure names the field
+ * (dotted path), the rule and the value given; the first one is the message
+ * (inference bodies carry one), all of them are `issues` (platform bodies list all).
+ */
+export function parse<S extends z.ZodType>(schema: S, value: unknown, root = ''): z.infer<S> {
+  const r = schema.safeParse(value);
+  if (r.success) return r.data;
+  const issues: FieldIssue[] = r.error.issues.map((i) => {
+    const param = [root, ...i.path.map(String)].filter((s) => s !== '').join('.') || root || 'body';
+    const given = pick(value, i.path as PropertyKey[]);
+    return { param, details: `${param}: ${i.message} (got ${given === undefined ? 'nothing' : showValue(given)})` };
+  });
+  const first = issues[0]!;
+  throw new ApiError('invalid', first.details, { param: first.param, issues });
+}
+
+function pick(v: unknown, path: PropertyKey[]): unknown {
+  let cur = v;
+  for (const k of path) {
+    if (cur === null || typeof cur !== 'object') return undefined;
+    cur = (cur as Record<PropertyKey, unknown>)[k];
+  }
+  return cur;
+}

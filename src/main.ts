@@ -1,0 +1,44 @@
+import { loadConfig, ConfigError } from './config.js';
+import { startDaemon, type Module } from './app.js';
+import { loadUws, NativeUwsMissing } from './http/uws.js';
+import { log } from './log.js';
+
+// The route families the daemon serves; each module owns its routes and background work.
+const modules: Module[] = [];
+
+async function main(): Promise<void> {
+  let config;
+  try {
+    config = loadConfig();
+    loadUws();
+  } catch (e) {
+    if (e instanceof ConfigError || e instanceof NativeUwsMissing) {
+      process.stderr.write(`cloudgate: ${e.message}\n`);
+      process.exit(2);
+    }
+    throw e;
+  }
+  const daemon = await startDaemon(config, modules);
+  let signals = 0;
+  const stop = (signal: string) => {
+    if (++signals > 1) {
+      log.warn({ signal }, 'second signal: exiting now');
+      process.exit(1);
+    }
+    log.info({ signal }, 'shutting down');
+    daemon.shutdown().then(
+      () => process.exit(0),
+      (e) => {
+        log.error({ err: e }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+}
+
+main().catch((e) => {
+  log.fatal({ err: e }, 'failed to start');
+  process.exit(1);
+});
