@@ -1,0 +1,28 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from './config.js';
+
+describe('loadConfig', () => {
+  it('applies defaults', () => {
+    const c = loadConfig({});
+    expect(c.PORT).toBe(8000);
+    expect(c.INFERENCE_PORT).toBe(8001);
+    expect(c.MAX_BODY_BYTES).toBe(1 << 20);
+    expect(c.EVAL_BODY_BYTES_MAX).toBe(16 << 20);
+  });
+
+  it('names the variable, the rule and the value of a bad setting', () => {
+    expect(() => loadConfig({ PORT: 'eighty' })).toThrow(ConfigError);
+    try {
+      loadConfig({ PORT: '70000', LOG_LEVEL: 'loud' });
+    } catch (e) {
+      const msg = (e as Error).message;
+      expect(msg).toContain('PORT="70000"');
+      expect(msg).toContain('65535');
+      expect(msg).toContain('LOG_LEVEL="loud"');
+    }
+  });
+
+  it('treats empty strings as unset', () => {
+    expect(loadConfig({ DATABASE_URL: '' }).DATABASE_URL).toBeUndefined();
+  });
+});
