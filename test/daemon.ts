@@ -2,7 +2,6 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import readline from 'node:readline';
 import { randomBytes } from 'node:crypto';
 
 // Starts the real daemon (compiled dist/) on ephemeral ports with a temporary
@@ -16,7 +15,13 @@ export interface DaemonInfo {
   pid: number;
 }
 
-export const repoRoot = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
+// This file runs from test/ (vitest) and from dist/test/ (benchmarks): find the repo by its package.json.
+function findRoot(): string {
+  let d = path.dirname(new URL(import.meta.url).pathname);
+  while (!fs.existsSync(path.join(d, 'package.json'))) d = path.dirname(d);
+  return d;
+}
+export const repoRoot = findRoot();
 
 export interface Started extends DaemonInfo {
   proc: ChildProcess;
@@ -28,6 +33,8 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir?: st
   const dir = dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-test-'));
   const adminKey = env.ADMIN_API_KEY ?? `admin-${randomBytes(16).toString('hex')}`;
   const logFile = path.join(dir, `daemon-${Date.now()}.log`);
+  // The daemon writes its log straight to a file (no pipe for this process to drain under load);
+  // we poll the file for the "listening" line.
   const out = fs.openSync(logFile, 'a');
   const proc = spawn(process.execPath, [path.join(repoRoot, 'dist/src/main.js')], {
     cwd: repoRoot,
@@ -43,26 +50,23 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir?: st
       METER_INTERVAL_MS: '250',
       ...env,
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const exited = new Promise<number | null>((r) => proc.on('exit', (code) => r(code)));
-  proc.stderr!.on('data', (d) => fs.appendFileSync(logFile, d));
-  const rl = readline.createInterface({ input: proc.stdout! });
-  const ports = await new Promise<{ platformPort: number; inferencePort: number }>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`daemon did not start within 60 s; log: ${logFile}`)), 60_000);
-    rl.on('line', (line) => {
-      fs.appendFileSync(logFile, line + '\n');
-      if (line.includes('"listening"')) {
-        clearTimeout(timer);
-        resolve(JSON.parse(line));
-      }
-    });
-    void exited.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`daemon exited with ${code} before listening; log:\n${fs.readFileSync(logFile, 'utf8').slice(-3000)}`));
-    });
+    stdio: ['ignore', out, out],
   });
   fs.closeSync(out);
+  let exitCode: number | null | undefined;
+  const exited = new Promise<number | null>((r) => proc.on('exit', (code) => r((exitCode = code))));
+  const ports = await new Promise<{ platformPort: number; inferencePort: number }>((resolve, reject) => {
+    const deadline = Date.now() + 60_000;
+    const poll = () => {
+      const text = fs.readFileSync(logFile, 'utf8');
+      const line = text.split('\n').find((l) => l.includes('"msg":"listening"'));
+      if (line) return resolve(JSON.parse(line));
+      if (exitCode !== undefined) return reject(new Error(`daemon exited with ${exitCode} before listening; log:\n${text.slice(-3000)}`));
+      if (Date.now() > deadline) return reject(new Error(`daemon did not start within 60 s; log: ${logFile}`));
+      setTimeout(poll, 50);
+    };
+    poll();
+  });
   return {
     platformUrl: `http://127.0.0.1:${ports.platformPort}`,
     inferenceUrl: `http://127.0.0.1:${ports.inferencePort}`,

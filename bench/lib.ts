@@ -1,0 +1,84 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import os from 'node:os';
+import autocannon, { type Options } from 'autocannon';
+
+// Shared pieces of the HTTP benchmarks: a load run, a sweep for the highest
+// rate under a p99 bound, a bare uWS server in its own process, machine facts.
+
+export interface Load {
+  connections: number;
+  rps: number;
+  p50: number;
+  p99: number;
+  errors: number;
+  non2xx: number;
+}
+
+export async function load(url: string, headers: Record<string, string>, connections: number, seconds: number, extra: Partial<Options> = {}): Promise<Load> {
+  const r = await autocannon({ url, headers, connections, duration: seconds, ...extra });
+  return { connections, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, errors: r.errors + r.timeouts, non2xx: r.non2xx };
+}
+
+/** Highest req/s among the connection counts whose p99 stays at or under `p99MsMax`. */
+export async function sweep(url: string, headers: Record<string, string>, seconds: number, p99MsMax: number, extra: Partial<Options> = {}) {
+  const runs: Load[] = [];
+  for (const c of [1, 2, 4, 8, 16, 32, 64]) {
+    const r = await load(url, headers, c, seconds, extra);
+    runs.push(r);
+    if (r.p99 > p99MsMax * 3) break; // far past the bound: larger counts only queue more
+  }
+  const ok = runs.filter((r) => r.p99 <= p99MsMax);
+  const best = ok.reduce<Load | undefined>((a, b) => (!a || b.rps > a.rps ? b : a), undefined);
+  return { runs, best };
+}
+
+/** Starts bench/bare-server.js answering `body` with `contentType` on an ephemeral port. */
+export async function startBare(body: string, contentType: string): Promise<{ url: string; proc: ChildProcess }> {
+  const proc = spawn(process.execPath, [new URL('./bare-server.js', import.meta.url).pathname], {
+    env: { ...process.env, BARE_BODY: body, BARE_CONTENT_TYPE: contentType },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const port = await new Promise<number>((resolve, reject) => {
+    proc.stdout!.once('data', (d) => resolve(Number(String(d).trim())));
+    proc.once('exit', (c) => reject(new Error(`bare server exited ${c}`)));
+  });
+  return { url: `http://127.0.0.1:${port}`, proc };
+}
+
+export function machine(): string {
+  const cpus = os.cpus();
+  return `${cpus.length} x ${cpus[0]?.model ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, node ${process.version}, ${os.platform()} ${os.release()}`;
+}
+
+export const fmt = (n: number, d = 0) => n.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d });
+
+/**
+ * Latency at concurrency 1 with microsecond resolution (autocannon rounds to
+ * whole milliseconds): `count` sequential requests on one keep-alive socket.
+ */
+export async function latencyC1(url: string, headers: Record<string, string>, count: number): Promise<{ p50Us: number; p99Us: number; rps: number }> {
+  const http = await import('node:http');
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const u = new URL(url);
+  const once = () =>
+    new Promise<void>((resolve, reject) => {
+      const req = http.request({ host: u.hostname, port: u.port, path: u.pathname + u.search, headers, agent }, (res) => {
+        res.on('data', () => {});
+        res.on('end', resolve);
+      });
+      req.on('error', reject);
+      req.end();
+    });
+  for (let i = 0; i < 200; i++) await once(); // warm-up
+  const t = new Float64Array(count);
+  const start = performance.now();
+  for (let i = 0; i < count; i++) {
+    const s = performance.now();
+    await once();
+    t[i] = (performance.now() - s) * 1000;
+  }
+  const total = performance.now() - start;
+  agent.destroy();
+  t.sort();
+  return { p50Us: t[Math.floor(count * 0.5)]!, p99Us: t[Math.floor(count * 0.99)]!, rps: (count / total) * 1000 };
+}
