@@ -56,13 +56,17 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir?: st
   let exitCode: number | null | undefined;
   const exited = new Promise<number | null>((r) => proc.on('exit', (code) => r((exitCode = code))));
   const ports = await new Promise<{ platformPort: number; inferencePort: number }>((resolve, reject) => {
+    const fail = (e: Error) => {
+      proc.kill('SIGTERM');
+      reject(e);
+    };
     const deadline = Date.now() + 60_000;
     const poll = () => {
       const text = fs.readFileSync(logFile, 'utf8');
       const line = text.split('\n').find((l) => l.includes('"msg":"listening"'));
       if (line) return resolve(JSON.parse(line));
       if (exitCode !== undefined) return reject(new Error(`daemon exited with ${exitCode} before listening; log:\n${text.slice(-3000)}`));
-      if (Date.now() > deadline) return reject(new Error(`daemon did not start within 60 s; log: ${logFile}`));
+      if (Date.now() > deadline) return fail(new Error(`daemon did not start within 60 s; log: ${logFile}`));
       setTimeout(poll, 50);
     };
     poll();
