@@ -50,6 +50,7 @@ export class Ctx {
   private jsonCache: unknown;
   private jsonParsed = false;
   private onWritableWaiter: (() => void) | undefined;
+  private streamEnded = false;
 
   constructor(
     readonly res: HttpResponse,
@@ -167,8 +168,10 @@ export class Ctx {
     return !this.aborted;
   }
 
+  /** Ends a streamed response; safe to call twice or after the client left. */
   endStream(): void {
-    if (this.aborted) return;
+    if (this.aborted || this.streamEnded) return;
+    this.streamEnded = true;
     this.res.cork(() => this.res.end());
   }
 }

@@ -1,0 +1,31 @@
+// What the HTTP side of inference needs from the engine; src/inference/engine implements it.
+
+export interface ChatMessage {
+  role: string;
+  content: string;
+}
+
+export interface ServedModel {
+  id: string;
+  kind: 'chat' | 'evaluation';
+  contextLength: number;
+  maxTokensDefault: number;
+  maxTokensCap: number;
+  prices: { inputPerMTok: number; outputPerMTok: number };
+  ownedBy: string;
+  created: number;
+}
+
+export interface GenerateRequest {
+  promptTokens: number[];
+  maxTokens: number;
+  temperature: number;
+  topP: number;
+  seed?: number;
+  stop: string[];
+  signal?: AbortSignal;
+}
+
+export type GenerateEvent =
+  | { type: 'delta'; text: string; tokenIds: number[] }
+  | { type: 'done'; finishReason: 'stop' | 'length' | 'cancelled'; promptTokens: number; completionTokens: number };

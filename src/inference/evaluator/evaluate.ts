@@ -1,0 +1,110 @@
+import { ApiError } from '../../errors.js';
+import type { ServedModel } from '../engine-api.js';
+import type { Answer, EvaluationRequest, Question, Warning } from '../protocol.js';
+import { validateImages } from './images.js';
+import { planQuestion, prefixText, type Detail } from './prompt.js';
+import { commonPrefix, distribution, needsTerminator, planBranches } from './score.js';
+
+/** What evaluation needs from the engine. */
+export interface EvalEngine {
+  encode(modelId: string, text: string): number[];
+  bosTokens(modelId: string): number[];
+  scoreBranches(
+    modelId: string,
+    req: { prefixTokens: number[]; branches: number[][]; signal?: AbortSignal },
+  ): Promise<{ logprobs: Float32Array[]; processedTokens: number }>;
+}
+
+export interface EvaluationResult {
+  answers: Record<string, Answer>;
+  usage: { inputTokens: number; outputTokens: number };
+  warnings: Warning[];
+}
+
+interface Planned {
+  id: string;
+  question: Question;
+  keys: string[];
+  /** Per rotation: each alternative's scoring path. */
+  rotations: Array<Array<Array<[number, number]>>>;
+}
+
+const ANSWER_LEAD = 'Answer:';
+const DETAILS: Detail[] = ['full', 'names', 'none'];
+
+/** Tokens of each answer as it continues `Answer:`; see score.ts for why terminators. */
+function answerTokens(engine: EvalEngine, modelId: string, texts: string[]): number[][] {
+  const encodeAll = (suffix: string) => {
+    const base = engine.encode(modelId, ANSWER_LEAD);
+    const full = texts.map((t) => engine.encode(modelId, `${ANSWER_LEAD} ${t}${suffix}`));
+    const cut = Math.min(commonPrefix([base, ...full]), base.length);
+    return full.map((f) => f.slice(cut));
+  };
+  const plain = encodeAll('');
+  return needsTerminator(plain) ? encodeAll('\n') : plain;
+}
+
+export async function evaluate(engine: EvalEngine, model: ServedModel, req: EvaluationRequest, signal?: AbortSignal): Promise<EvaluationResult> {
+  const warnings: Warning[] = [];
+  if (req.images?.length) {
+    validateImages(req.images);
+    warnings.push({ type: 'unsupported', feature: 'images', details: `model ${model.id} reads text only; the ${req.images.length} image(s) were not used` });
+  }
+  const prefixTokens = [...engine.bosTokens(model.id), ...engine.encode(model.id, prefixText(req.state))];
+  if (prefixTokens.length >= model.contextLength) {
+    throw new ApiError('invalid', `the state takes ${prefixTokens.length} tokens; model ${model.id} reads at most ${model.contextLength} in all`, {
+      param: 'state',
+      code: 'context_length_exceeded',
+    });
+  }
+  const room = model.contextLength - prefixTokens.length;
+  const branches: number[][] = [];
+  const planned: Planned[] = [];
+  for (const [id, question] of Object.entries(req.questions)) {
+    let done = false;
+    for (const detail of DETAILS) {
+      const plan = planQuestion(question, detail);
+      const alts = answerTokens(engine, model.id, plan.alternatives.map((a) => a.text));
+      const longestAlt = Math.max(...alts.map((a) => a.length));
+      const qTokens = plan.texts.map((t) => engine.encode(model.id, t));
+      if (Math.max(...qTokens.map((q) => q.length)) + longestAlt > room) continue;
+      planned.push({ id, question, keys: plan.alternatives.map((a) => a.key), rotations: qTokens.map((q) => planBranches(q, alts, branches)) });
+      done = true;
+      break;
+    }
+    if (!done) {
+      throw new ApiError('invalid', `question ${JSON.stringify(id)} does not fit model ${model.id}'s context of ${model.contextLength} tokens after the state`, {
+        param: `questions.${id}`,
+        code: 'context_length_exceeded',
+      });
+    }
+  }
+  const { logprobs, processedTokens } = await engine.scoreBranches(model.id, { prefixTokens, branches, signal });
+  const answers: Record<string, Answer> = {};
+  for (const p of planned) {
+    const dists = p.rotations.map((paths) => distribution(paths, logprobs));
+    const probs = p.keys.map((_, k) => dists.reduce((s, d) => s + d[k]!, 0) / dists.length);
+    answers[p.id] = toAnswer(p.question, p.keys, probs);
+  }
+  return { answers, usage: { inputTokens: processedTokens, outputTokens: 0 }, warnings };
+}
+
+function toAnswer(q: Question, keys: string[], probs: number[]): Answer {
+  const total = probs.reduce((a, b) => a + b, 0);
+  const p = probs.map((x) => x / total);
+  switch (q.type) {
+    case 'boolean':
+      return { type: 'boolean', probability: p[keys.indexOf('true')]! };
+    case 'score': {
+      const probabilities = Object.fromEntries(keys.map((k, i) => [k, p[i]!]));
+      const score = p.reduce((s, x, i) => s + i * x, 0);
+      return { type: 'score', score: Math.min(Math.max(score, 0), keys.length - 1), probabilities };
+    }
+    case 'choice': {
+      // Highest probability wins; ties go to the option listed first in the request.
+      let best = 0;
+      for (let i = 1; i < p.length; i++) if (p[i]! > p[best]!) best = i;
+      return { type: 'choice', choice: keys[best]!, probabilities: Object.fromEntries(keys.map((k, i) => [k, p[i]!])) };
+    }
+  }
+}

@@ -1,0 +1,80 @@
+import type { Question } from '../protocol.js';
+
+// The text an evaluation model reads. The state is written once (the shared
+// prefix); each question is a continuation of it that ends where the answer
+// starts. Answers are scored as continuations, never generated.
+
+/** Choice option listings are rotated this many times at most and averaged, to cancel position bias. */
+export const CHOICE_ROTATIONS_MAX = 3;
+
+const asText = (v: unknown): string => (typeof v === 'string' ? v : JSON.stringify(v));
+
+export function prefixText(state: unknown): string {
+  return `You are an evaluator. Read the state, then answer each question about it.\n\nState:\n${asText(state)}\n\n`;
+}
+
+export interface Alternative {
+  /** The answer key: option name, "0".."N-1" for scores, "true"/"false" for booleans. */
+  key: string;
+  /** The words the model would write as its answer. */
+  text: string;
+}
+
+export interface QuestionPlan {
+  alternatives: Alternative[];
+  /** One question text per rotation of the option listing; their answer distributions are averaged. */
+  texts: string[];
+}
+
+export type Detail = 'full' | 'names' | 'none';
+
+/**
+ * Plans a question. `detail` shrinks the listing when the full one would not
+ * fit the model's context (255 described options do not fit a 512-token model):
+ * options are still scored by their names, they are just not all listed.
+ */
+export function planQuestion(q: Question, detail: Detail): QuestionPlan {
+  const ask = q.instructions == null ? '' : `${asText(q.instructions)}\n`;
+  switch (q.type) {
+    case 'boolean': {
+      const c = q.criteria ?? {};
+      const meaning =
+        detail === 'full' && (c.true != null || c.false != null)
+          ? `${c.true != null ? `yes means: ${asText(c.true)}\n` : ''}${c.false != null ? `no means: ${asText(c.false)}\n` : ''}`
+          : '';
+      return {
+        alternatives: [
+          { key: 'true', text: 'yes' },
+          { key: 'false', text: 'no' },
+        ],
+        texts: [`Question: ${ask}${meaning}Answer yes or no.\nAnswer:`],
+      };
+    }
+    case 'score': {
+      const levels = q.criteria.map((d, i) => `${i}: ${asText(d)}`).join('\n');
+      const n = q.criteria.length;
+      const listing = detail === 'none' ? '' : `${detail === 'full' ? levels : ''}\n`;
+      return {
+        alternatives: q.criteria.map((_, i) => ({ key: String(i), text: String(i) })),
+        texts: [`Question: ${ask}Rate from 0 (lowest) to ${n - 1} (highest).\n${listing}Answer:`],
+      };
+    }
+    case 'choice': {
+      const names = Object.keys(q.criteria);
+      const line = (name: string) => {
+        const d = q.criteria[name];
+        return detail === 'full' && d != null ? `- ${name}: ${asText(d)}` : `- ${name}`;
+      };
+      const rotations = detail === 'none' ? 1 : Math.min(names.length, CHOICE_ROTATIONS_MAX);
+      const texts: string[] = [];
+      for (let r = 0; r < rotations; r++) {
+        // Evenly spaced starting points, so each option appears early in some listing.
+        const start = Math.floor((r * names.length) / rotations);
+        const order = [...names.slice(start), ...names.slice(0, start)];
+        const listing = detail === 'none' ? '' : `Options:\n${order.map(line).join('\n')}\n`;
+        texts.push(`Question: ${ask}${listing}Answer with one option name.\nAnswer:`);
+      }
+      return { alternatives: names.map((n) => ({ key: n, text: n })), texts };
+    }
+  }
+}

@@ -1,0 +1,64 @@
+// Scoring answers of several tokens soundly. Each alternative is a token
+// sequence; its log-probability is the sum, by the chain rule, of each token's
+// log-probability given everything before it. Every distinct proper prefix of
+// the alternatives (a trie) becomes one branch whose last-position
+// distribution scores the next token of every alternative passing through it.
+// When one alternative's tokens are a prefix of another's, each is closed with
+// a terminator so that "pos" and "positive" are told apart. The result is
+// normalised over the alternatives only.
+
+export interface BranchPlan {
+  /** Token sequences to run after the shared prefix (question tokens + a trie prefix). */
+  branches: number[][];
+  /** For each alternative, the (branch index, next token) pairs whose log-probs sum to its score. */
+  paths: Array<Array<[number, number]>>;
+}
+
+export function planBranches(question: number[], alternatives: number[][], branchesOut: number[][]): Array<Array<[number, number]>> {
+  const index = new Map<string, number>();
+  const branchFor = (prefix: number[]): number => {
+    const key = prefix.join(',');
+    let i = index.get(key);
+    if (i === undefined) {
+      i = branchesOut.length;
+      branchesOut.push([...question, ...prefix]);
+      index.set(key, i);
+    }
+    return i;
+  };
+  return alternatives.map((alt) => alt.map((tok, i) => [branchFor(alt.slice(0, i)), tok] as [number, number]));
+}
+
+export function needsTerminator(alternatives: number[][]): boolean {
+  for (let a = 0; a < alternatives.length; a++) {
+    for (let b = 0; b < alternatives.length; b++) {
+      if (a === b) continue;
+      const x = alternatives[a]!;
+      const y = alternatives[b]!;
+      if (x.length <= y.length && x.every((t, i) => y[i] === t)) return true;
+    }
+  }
+  return false;
+}
+
+/** Softmax over summed log-probs, in float64; identical sequences share their mass equally. */
+export function distribution(paths: Array<Array<[number, number]>>, logprobs: ArrayLike<number>[]): number[] {
+  const scores = paths.map((p) => p.reduce((s, [b, tok]) => s + logprobs[b]![tok]!, 0));
+  const max = Math.max(...scores);
+  const exps = scores.map((s) => Math.exp(s - max));
+  const sum = exps.reduce((a, b) => a + b, 0);
+  return exps.map((e) => e / sum);
+}
+
+/** Longest common prefix length of token sequences. */
+export function commonPrefix(seqs: number[][]): number {
+  if (seqs.length === 0) return 0;
+  let n = Math.min(...seqs.map((s) => s.length));
+  const first = seqs[0]!;
+  for (const s of seqs) {
+    let i = 0;
+    while (i < n && s[i] === first[i]) i++;
+    n = i;
+  }
+  return n;
+}

@@ -1,0 +1,116 @@
+import { ApiError } from '../../errors.js';
+import type { Sql } from '../../db/index.js';
+import type { Ctx } from '../../http/context.js';
+import type { ServedModel } from '../engine-api.js';
+import type { Admission, Policies, Usage } from '../policy-api.js';
+import type { Charger } from './charger.js';
+import type { Limits, RateLimiter } from './limiter.js';
+
+// A wallet's balance is re-read at most this often per wallet: the 402 check
+// costs no DB round trip per request, and a wallet that runs dry is refused
+// within a second. Team membership changes take effect within 10 s.
+const BALANCE_CACHE_MS = 1_000;
+const MEMBERSHIP_CACHE_MS = 10_000;
+// Bounded caches: a flood of distinct teams or wallets cannot grow memory.
+const CACHE_ENTRIES_MAX = 50_000;
+
+class TtlCache<V> {
+  private readonly m = new Map<string, { v: V; at: number }>();
+  constructor(private readonly ttlMs: number) {}
+  async get(key: string, now: number, load: () => Promise<V>): Promise<V> {
+    const hit = this.m.get(key);
+    if (hit && now - hit.at < this.ttlMs) return hit.v;
+    const v = await load();
+    if (this.m.size >= CACHE_ENTRIES_MAX) this.m.delete(this.m.keys().next().value!);
+    this.m.set(key, { v, at: now });
+    return v;
+  }
+  adjust(key: string, f: (v: V) => V): void {
+    const hit = this.m.get(key);
+    if (hit) hit.v = f(hit.v);
+  }
+}
+
+export class GatewayPolicies implements Policies {
+  private readonly balances = new TtlCache<number>(BALANCE_CACHE_MS);
+  private readonly members = new TtlCache<boolean>(MEMBERSHIP_CACHE_MS);
+  private readonly wallets = new TtlCache<string | null>(Infinity);
+
+  constructor(
+    private readonly sql: Sql,
+    private readonly limiter: RateLimiter,
+    private readonly charger: Charger,
+    private readonly defaults: Limits,
+    private readonly clock: () => number = Date.now,
+  ) {}
+
+  /** Called by the charger after it posted units, so the cached balance follows. */
+  posted(walletId: string, units: number): void {
+    this.balances.adjust(walletId, (b) => b - units);
+  }
+
+  async admit(ctx: Ctx, model: ServedModel, reservedTokens: number): Promise<Admission> {
+    const p = ctx.principal;
+    const now = this.clock();
+    const teamId = ctx.header('x-service-team-id')?.trim() || null;
+    if (teamId) {
+      const member = await this.members.get(`${teamId}\u0000${p.userId}`, now, async () => {
+        const r = await this.sql`SELECT 1 FROM team_members WHERE team_id = ${teamId} AND user_id = ${p.userId}`;
+        return r.length > 0;
+      });
+      if (!member) {
+        throw new ApiError('forbidden', `X-Service-Team-ID names team ${JSON.stringify(teamId)}, which this API key's user is not a member of`, {
+          param: 'x-service-team-id',
+          code: 'team_access_denied',
+        });
+      }
+    }
+    const ownerKey = teamId ? `t:${teamId}` : `u:${p.userId}`;
+    const walletId = await this.wallets.get(ownerKey, now, async () => {
+      const r = teamId
+        ? await this.sql<{ id: string }[]>`SELECT id FROM wallets WHERE team_id = ${teamId}`
+        : await this.sql<{ id: string }[]>`SELECT id FROM wallets WHERE user_id = ${p.userId}`;
+      return r[0]?.id ?? null;
+    });
+    if (!walletId) throw new ApiError('payment_required', 'no wallet is attached to this account', { code: 'insufficient_quota' });
+    const balance = await this.balances.get(walletId, now, async () => {
+      const r = await this.sql<{ balance: number }[]>`SELECT balance FROM wallets WHERE id = ${walletId}`;
+      return r[0]?.balance ?? 0;
+    });
+    if (balance <= 0) {
+      throw new ApiError(
+        'payment_required',
+        `the ${teamId ? 'team' : 'personal'} wallet has a balance of ${(balance / 10_000).toFixed(4)} USD; top it up to use inference`,
+        { code: 'insufficient_quota', type: 'insufficient_quota' },
+      );
+    }
+    const limits: Limits = {
+      requestsPerMinute: p.rateLimits?.requestsPerMinute ?? this.defaults.requestsPerMinute,
+      tokensPerMinute: p.rateLimits?.tokensPerMinute ?? this.defaults.tokensPerMinute,
+    };
+    const grant = this.limiter.admit([{ key: `${p.keyId}\u0000${model.id}`, limits }], reservedTokens);
+    const runId = ctx.header('x-rft-run-id')?.trim() || null;
+    let settled = false;
+    return {
+      headers: grant.headers,
+      settle: (usage: Usage) => {
+        if (settled) return;
+        settled = true;
+        // Evaluation models bill input tokens only (DESIGN.md "Billing").
+        const outputPrice = model.kind === 'evaluation' ? 0 : model.prices.outputPerMTok;
+        grant.release(usage.inputTokens + usage.outputTokens);
+        if (usage.inputTokens + usage.outputTokens === 0) return;
+        this.charger.add({
+          walletId,
+          teamId,
+          model: model.id,
+          inputTokens: usage.inputTokens,
+          outputTokens: usage.outputTokens,
+          inputPricePerMTok: model.prices.inputPerMTok,
+          outputPricePerMTok: outputPrice,
+          runId,
+        });
+      },
+    };
+  }
+}

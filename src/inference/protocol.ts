@@ -1,0 +1,183 @@
+import { z } from 'zod';
+
+// Request and response types of the inference API (SPEC 4.8-4.10), in one place.
+
+// ---------------------------------------------------------------- chat completions
+
+/** OpenAI allows at most 4 stop sequences; longer lists are a client bug. */
+export const STOP_SEQUENCES_MAX = 4;
+/** A stop sequence longer than this cannot be matched sensibly against streamed text. */
+export const STOP_SEQUENCE_CHARS_MAX = 256;
+/** Conversations longer than any context we serve are refused before tokenising. */
+export const MESSAGES_MAX = 4096;
+
+const TextPart = z.object({ type: z.literal('text'), text: z.string() });
+
+const Message = z.object({
+  role: z.enum(['system', 'developer', 'user', 'assistant', 'tool'], {
+    message: 'must be one of system, developer, user, assistant, tool',
+  }),
+  // OpenAI accepts a string or an array of content parts; only text parts can be served here.
+  content: z.union([z.string(), z.array(TextPart, { message: 'must be a string or an array of text parts' })]).nullable(),
+  name: z.string().optional(),
+});
+
+const stopSeq = z.string().min(1, 'must not be empty').max(STOP_SEQUENCE_CHARS_MAX, `must be at most ${STOP_SEQUENCE_CHARS_MAX} characters`);
+
+export const ChatCompletionRequest = z.object({
+  model: z.string({ message: 'is required and must be a string' }).min(1, 'must not be empty'),
+  messages: z
+    .array(Message, { message: 'is required and must be an array of messages' })
+    .min(1, 'must contain at least one message')
+    .max(MESSAGES_MAX, `must contain at most ${MESSAGES_MAX} messages`),
+  max_tokens: z.number().int('must be an integer').min(1, 'must be at least 1').nullish(),
+  max_completion_tokens: z.number().int('must be an integer').min(1, 'must be at least 1').nullish(),
+  temperature: z.number().min(0, 'must be between 0 and 2').max(2, 'must be between 0 and 2').nullish(),
+  top_p: z.number().gt(0, 'must be greater than 0 and at most 1').max(1, 'must be greater than 0 and at most 1').nullish(),
+  stream: z.boolean().nullish(),
+  stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
+  stop: z
+    .union([stopSeq, z.array(stopSeq).max(STOP_SEQUENCES_MAX, `must list at most ${STOP_SEQUENCES_MAX} sequences`)])
+    .nullish(),
+  seed: z.number().int('must be an integer').nullish(),
+  n: z.literal(1, { message: 'only n=1 is supported' }).nullish(),
+  user: z.string().nullish(),
+  // Accepted for compatibility and ignored (see README API notes).
+  presence_penalty: z.number().min(-2).max(2).nullish(),
+  frequency_penalty: z.number().min(-2).max(2).nullish(),
+});
+export type ChatCompletionRequest = z.infer<typeof ChatCompletionRequest>;
+
+export type FinishReason = 'stop' | 'length';
+
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+export interface ChatCompletion {
+  id: string;
+  object: 'chat.completion';
+  created: number;
+  model: string;
+  system_fingerprint: string | null;
+  choices: Array<{ index: number; message: { role: 'assistant'; content: string }; finish_reason: FinishReason; logprobs: null }>;
+  usage: Usage;
+}
+
+export interface ChatCompletionChunk {
+  id: string;
+  object: 'chat.completion.chunk';
+  created: number;
+  model: string;
+  system_fingerprint: string | null;
+  choices: Array<{ index: number; delta: { role?: 'assistant'; content?: string }; finish_reason: FinishReason | null; logprobs: null }>;
+  usage?: Usage | null;
+}
+
+// ---------------------------------------------------------------- models
+
+export interface ModelObject {
+  id: string;
+  object: 'model';
+  created: number;
+  owned_by: string;
+}
+
+// ---------------------------------------------------------------- evaluations
+
+/** SPEC 8: 1 to 64 questions per request. */
+export const QUESTIONS_MAX = 64;
+/** SPEC 4.10: question ids up to 100 characters of letters, digits, `_`, `.`, `-`. */
+export const QUESTION_ID_CHARS_MAX = 100;
+export const QUESTION_ID_RE = /^[A-Za-z0-9_.-]+$/;
+/** SPEC 8: choice options 1 to 255; score criteria 2 to 10. */
+export const CHOICE_OPTIONS_MAX = 255;
+export const SCORE_CRITERIA_MIN = 2;
+export const SCORE_CRITERIA_MAX = 10;
+/** SPEC 8: up to 4 images, 4 MiB each decoded, 8 MiB together. */
+export const IMAGES_MAX = 4;
+export const IMAGE_BYTES_MAX = 4 * 1024 * 1024;
+export const IMAGES_TOTAL_BYTES_MAX = 8 * 1024 * 1024;
+
+const jsonValue: z.ZodType<unknown> = z.unknown().refine((v) => v !== undefined, 'is required');
+/** Descriptions and instructions: a string or any JSON value (the AI SDK sends either). */
+const description = z.union([z.string(), z.array(z.unknown()), z.record(z.string(), z.unknown())], {
+  message: 'must be a string or a JSON object or array',
+});
+
+const BooleanQuestion = z
+  .object({
+    type: z.literal('boolean'),
+    instructions: description.nullish(),
+    criteria: z
+      .object({ true: description.nullish(), false: description.nullish() })
+      .catchall(z.never({ message: 'boolean criteria may only have the keys "true" and "false"' }))
+      .nullish(),
+  });
+
+const ChoiceQuestion = z
+  .object({
+    type: z.literal('choice'),
+    instructions: description.nullish(),
+    criteria: z
+      .record(z.string().min(1, 'option names must not be empty'), description.nullable(), {
+        message: 'is required: an object mapping option names to descriptions (or null)',
+      })
+      .refine((o) => Object.keys(o).length >= 1, 'must have at least 1 option')
+      .refine((o) => Object.keys(o).length <= CHOICE_OPTIONS_MAX, `must have at most ${CHOICE_OPTIONS_MAX} options`),
+  });
+
+const ScoreQuestion = z
+  .object({
+    type: z.literal('score'),
+    instructions: description.nullish(),
+    criteria: z
+      .array(description, { message: 'is required: an array of level descriptions, lowest first' })
+      .min(SCORE_CRITERIA_MIN, `must have at least ${SCORE_CRITERIA_MIN} levels`)
+      .max(SCORE_CRITERIA_MAX, `must have at most ${SCORE_CRITERIA_MAX} levels`),
+  });
+
+export const Question = z.discriminatedUnion('type', [BooleanQuestion, ChoiceQuestion, ScoreQuestion], {
+  message: 'type must be one of boolean, choice, score',
+});
+export type Question = z.infer<typeof Question>;
+
+export const EvaluationRequest = z.object({
+  model: z.string().min(1, 'must not be empty').nullish(),
+  state: jsonValue,
+  questions: z
+    .record(
+      z
+        .string()
+        .max(QUESTION_ID_CHARS_MAX, `question ids must be at most ${QUESTION_ID_CHARS_MAX} characters`)
+        .regex(QUESTION_ID_RE, 'question ids may only contain letters, digits, "_", "." and "-"'),
+      Question,
+      { message: 'is required: an object of questions keyed by id' },
+    )
+    .refine((q) => Object.keys(q).length >= 1, 'must contain at least 1 question')
+    .refine((q) => Object.keys(q).length <= QUESTIONS_MAX, `must contain at most ${QUESTIONS_MAX} questions`),
+  images: z.array(z.string({ message: 'images must be data: URL strings' })).max(IMAGES_MAX, `must contain at most ${IMAGES_MAX} images`).nullish(),
+  providerOptions: z.record(z.string(), z.unknown()).nullish(),
+});
+export type EvaluationRequest = z.infer<typeof EvaluationRequest>;
+
+export type Answer =
+  | { type: 'boolean'; probability: number }
+  | { type: 'choice'; choice: string; probabilities: Record<string, number> }
+  | { type: 'score'; score: number; probabilities: Record<string, number> };
+
+/** The AI SDK accepts exactly these four warning shapes. */
+export type Warning =
+  | { type: 'unsupported'; feature: string; details?: string }
+  | { type: 'compatibility'; feature: string; details?: string }
+  | { type: 'deprecated'; setting: string; message: string }
+  | { type: 'other'; message: string };
+
+export interface EvaluationResponse {
+  answers: Record<string, Answer>;
+  model: string;
+  usage: { inputTokens: number; outputTokens: number };
+  warnings: Warning[];
+}
