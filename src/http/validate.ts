@@ -11,8 +11,10 @@ export function parse<S extends z.ZodType>(schema: S, value: unknown, root = '')
   if (r.success) return r.data;
   const issues: FieldIssue[] = r.error.issues.map((i) => {
     const param = [root, ...i.path.map(String)].filter((s) => s !== '').join('.') || root || 'body';
-    const given = pick(value, i.path as PropertyKey[]);
-    return { param, details: `${param}: ${i.message} (got ${given === undefined ? 'nothing' : showValue(given)})` };
+    // A bad record key (a question id, an option name): the rule is the key schema's, the value the key.
+    const nested = i.code === 'invalid_key' ? (i as { issues?: Array<{ message: string }> }).issues?.[0]?.message : undefined;
+    const given = nested ? i.path[i.path.length - 1] : pick(value, i.path as PropertyKey[]);
+    return { param, details: `${param}: ${nested ?? i.message} (got ${given === undefined ? 'nothing' : showValue(given)})` };
   });
   const first = issues[0]!;
   throw new ApiError('invalid', first.details, { param: first.param, issues });

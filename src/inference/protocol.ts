@@ -112,8 +112,12 @@ const BooleanQuestion = z
     type: z.literal('boolean'),
     instructions: description.nullish(),
     criteria: z
-      .object({ true: description.nullish(), false: description.nullish() })
-      .catchall(z.never({ message: 'boolean criteria may only have the keys "true" and "false"' }))
+      .record(z.string(), description.nullish())
+      .superRefine((o, ctx) => {
+        for (const k of Object.keys(o)) {
+          if (k !== 'true' && k !== 'false') ctx.addIssue({ code: 'custom', path: [k], message: 'boolean criteria may only have the keys "true" and "false"' });
+        }
+      })
       .nullish(),
   });
 

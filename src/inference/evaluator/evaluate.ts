@@ -44,7 +44,17 @@ function answerTokens(engine: EvalEngine, modelId: string, texts: string[]): num
   return needsTerminator(plain) ? encodeAll('\n') : plain;
 }
 
-export async function evaluate(engine: EvalEngine, model: ServedModel, req: EvaluationRequest, signal?: AbortSignal): Promise<EvaluationResult> {
+export interface EvaluationPlan {
+  prefixTokens: number[];
+  branches: number[][];
+  /** Tokens the engine will run: the prefix once and every branch. */
+  tokens: number;
+  warnings: Warning[];
+  finish(logprobs: Float32Array[], processedTokens: number): EvaluationResult;
+}
+
+/** Validates images, tokenises the state and every question, and lays out the branches. No model work. */
+export function planEvaluation(engine: EvalEngine, model: ServedModel, req: EvaluationRequest): EvaluationPlan {
   const warnings: Warning[] = [];
   if (req.images?.length) {
     validateImages(req.images);
@@ -79,14 +89,21 @@ export async function evaluate(engine: EvalEngine, model: ServedModel, req: Eval
       });
     }
   }
-  const { logprobs, processedTokens } = await engine.scoreBranches(model.id, { prefixTokens, branches, signal });
-  const answers: Record<string, Answer> = {};
-  for (const p of planned) {
-    const dists = p.rotations.map((paths) => distribution(paths, logprobs));
-    const probs = p.keys.map((_, k) => dists.reduce((s, d) => s + d[k]!, 0) / dists.length);
-    answers[p.id] = toAnswer(p.question, p.keys, probs);
-  }
-  return { answers, usage: { inputTokens: processedTokens, outputTokens: 0 }, warnings };
+  return {
+    prefixTokens,
+    branches,
+    tokens: prefixTokens.length + branches.reduce((s, b) => s + b.length, 0),
+    warnings,
+    finish: (logprobs, processedTokens) => {
+      const answers: Record<string, Answer> = {};
+      for (const p of planned) {
+        const dists = p.rotations.map((paths) => distribution(paths, logprobs));
+        const probs = p.keys.map((_, k) => dists.reduce((s, d) => s + d[k]!, 0) / dists.length);
+        answers[p.id] = toAnswer(p.question, p.keys, probs);
+      }
+      return { answers, usage: { inputTokens: processedTokens, outputTokens: 0 }, warnings };
+    },
+  };
 }
 
 function toAnswer(q: Question, keys: string[], probs: number[]): Answer {
