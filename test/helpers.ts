@@ -62,3 +62,10 @@ export async function addMember(teamId: string, userId: string, role: 'ADMIN' | 
   if (r.status !== 201) throw new Error(`add member: ${r.status} ${JSON.stringify(r.body)}`);
   return r.body.data;
 }
+
+/** Credits a user's or team's wallet through the admin top-up route (units: USD x 10000). */
+export async function fund(owner: string, amount: number, kind: 'userId' | 'teamId' = 'userId') {
+  const r = await admin('POST', '/api/admin/transactions/topup', { [kind]: owner, amount, type: 'TOPUP', description: 'test funds' });
+  if (r.status !== 200 && r.status !== 201) throw new Error(`top-up: ${r.status} ${JSON.stringify(r.body)}`);
+  return r.body.data;
+}

@@ -1,0 +1,98 @@
+import OpenAI from 'openai';
+import { describe, expect, it } from 'vitest';
+import { addMember, call, daemon, fund, newTeam, newUser } from './helpers.js';
+
+const CHAT = 'cloudgate/random-llama-chat';
+const chatBody = (extra: Record<string, unknown> = {}) => ({ model: CHAT, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, temperature: 0, ...extra });
+const RL_HEADERS = [
+  'x-ratelimit-limit-requests',
+  'x-ratelimit-limit-tokens',
+  'x-ratelimit-remaining-requests',
+  'x-ratelimit-remaining-tokens',
+  'x-ratelimit-reset-requests',
+  'x-ratelimit-reset-tokens',
+];
+
+describe('rate limits', () => {
+  it('refuses the third request of a 2-per-minute key with 429, Retry-After and the OpenAI body', async () => {
+    const u = await newUser(['inference:use'], { requestsPerMinute: 2 });
+    await fund(u.userId, 100_000);
+    for (let i = 0; i < 2; i++) expect((await call('inference', 'POST', '/api/v1/chat/completions', { key: u.key, body: chatBody() })).status).toBe(200);
+    const r = await call('inference', 'POST', '/api/v1/chat/completions', { key: u.key, body: chatBody() });
+    expect(r.status).toBe(429);
+    expect(r.body.error).toMatchObject({ type: 'rate_limit_error', code: 'rate_limit_exceeded' });
+    expect(r.body.error.message).toContain('2 requests per minute');
+    expect(Number(r.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(Number(r.headers.get('retry-after-ms'))).toBeGreaterThan(0);
+    expect(r.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+    const sdk = new OpenAI({ baseURL: `${daemon().inferenceUrl}/api/v1`, apiKey: u.key, maxRetries: 0 });
+    await expect(sdk.chat.completions.create(chatBody() as never)).rejects.toMatchObject({ status: 429, code: 'rate_limit_exceeded' });
+  });
+
+  it('counts tokens: prompt plus max_tokens are reserved at admission', async () => {
+    const u = await newUser(['inference:use'], { tokensPerMinute: 200 });
+    await fund(u.userId, 100_000);
+    const r = await call('inference', 'POST', '/api/v1/chat/completions', { key: u.key, body: chatBody({ max_tokens: 500 }) });
+    expect(r.status).toBe(429);
+    expect(r.body.error.message).toContain('200 tokens per minute');
+  });
+
+  it('puts the rate-limit headers on plain, streamed and evaluation answers', async () => {
+    const u = await newUser(['inference:use'], { requestsPerMinute: 100, tokensPerMinute: 100_000 });
+    await fund(u.userId, 100_000);
+    const plain = await call('inference', 'POST', '/api/v1/chat/completions', { key: u.key, body: chatBody() });
+    const res = await fetch(`${daemon().inferenceUrl}/api/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${u.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify(chatBody({ stream: true })),
+    });
+    expect(res.headers.get('content-type')).toContain('text/event-stream');
+    const text = await res.text();
+    expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
+    const ev = await call('inference', 'POST', '/api/v1/evaluations', {
+      key: u.key,
+      body: { model: 'cloudgate/random-llama-eval', state: 'x', questions: { q: { type: 'boolean' } } },
+    });
+    expect(ev.status).toBe(200);
+    for (const h of RL_HEADERS) {
+      expect(plain.headers.get(h), h).not.toBeNull();
+      expect(res.headers.get(h), h).not.toBeNull();
+      expect(ev.headers.get(h), h).not.toBeNull();
+    }
+    expect(plain.headers.get('x-ratelimit-limit-requests')).toBe('100');
+  });
+});
+
+describe('quota and team billing', () => {
+  it('answers 402 insufficient_quota with x-should-retry false for an empty wallet, before any model work', async () => {
+    const u = await newUser(['inference:use']);
+    const r = await call('inference', 'POST', '/api/v1/chat/completions', { key: u.key, body: chatBody() });
+    expect(r.status).toBe(402);
+    expect(r.body.error).toMatchObject({ type: 'insufficient_quota', code: 'insufficient_quota' });
+    expect(r.headers.get('x-should-retry')).toBe('false');
+  });
+
+  it('refuses X-Service-Team-ID for a non-member with 403 and charges the team for a member', async () => {
+    const u = await newUser(['inference:use', 'billing:read']);
+    const team = await newTeam();
+    await fund(team.id, 100_000, 'teamId');
+    const no = await call('inference', 'POST', '/api/v1/chat/completions', { key: u.key, body: chatBody(), headers: { 'x-service-team-id': team.id } });
+    expect(no.status).toBe(403);
+    expect(no.body.error.type).toBe('permission_error');
+    await addMember(team.id, u.userId);
+    // personal wallet is empty: the request only passes because the team pays
+    const yes = await call('inference', 'POST', '/api/v1/chat/completions', {
+      key: u.key,
+      body: chatBody({ max_tokens: 64, messages: [{ role: 'user', content: 'word '.repeat(100) }] }),
+      headers: { 'x-service-team-id': team.id },
+    });
+    expect(yes.status).toBe(200);
+    let balance = 10;
+    for (let i = 0; i < 40 && balance === 10; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      const w = await call('platform', 'GET', `/api/v1/billing/wallet?teamId=${team.id}`, { key: u.key });
+      balance = w.body.balance_usd;
+    }
+    expect(balance).toBeLessThan(10);
+  });
+});
