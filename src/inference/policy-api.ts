@@ -18,4 +18,6 @@ export interface Admission {
 
 export interface Policies {
   admit(ctx: Ctx, model: ServedModel, reservedTokens: number): Promise<Admission>;
+  /** Requests that do no model work (model listing): the request limit only; returns the headers. */
+  admitLight(ctx: Ctx): Record<string, string>;
 }

@@ -31,7 +31,7 @@ export function inferenceRoutes(engine: InferenceEngine, policies: Policies, lim
     handler: (ctx) => serveEvaluation(ctx, engine, policies, gateway),
   });
   return [
-    { ...base, method: 'GET', path: '/api/v1/models', handler: () => ({ raw: listBody }) },
+    { ...base, method: 'GET', path: '/api/v1/models', handler: (ctx) => ({ raw: listBody, headers: policies.admitLight(ctx) }) },
     {
       ...base,
       method: 'GET',
@@ -39,7 +39,7 @@ export function inferenceRoutes(engine: InferenceEngine, policies: Policies, lim
       handler: (ctx) => {
         const m = engine.model(ctx.params.modelId!);
         if (!m) throw new ApiError('not_found', `model ${JSON.stringify(ctx.params.modelId)} does not exist`, { param: 'model', code: 'model_not_found' });
-        return { body: modelObject(m) };
+        return { body: modelObject(m), headers: policies.admitLight(ctx) };
       },
     },
     {

@@ -49,6 +49,18 @@ export class GatewayPolicies implements Policies {
     this.balances.adjust(walletId, (b) => b - units);
   }
 
+  private limitsOf(ctx: Ctx): Limits {
+    const p = ctx.principal;
+    return {
+      requestsPerMinute: p.rateLimits?.requestsPerMinute ?? this.defaults.requestsPerMinute,
+      tokensPerMinute: p.rateLimits?.tokensPerMinute ?? this.defaults.tokensPerMinute,
+    };
+  }
+
+  admitLight(ctx: Ctx): Record<string, string> {
+    return this.limiter.admit([{ key: ctx.principal.keyId, limits: this.limitsOf(ctx) }], 0).headers;
+  }
+
   async admit(ctx: Ctx, model: ServedModel, reservedTokens: number): Promise<Admission> {
     const p = ctx.principal;
     const now = this.clock();
@@ -84,11 +96,7 @@ export class GatewayPolicies implements Policies {
         { code: 'insufficient_quota', type: 'insufficient_quota' },
       );
     }
-    const limits: Limits = {
-      requestsPerMinute: p.rateLimits?.requestsPerMinute ?? this.defaults.requestsPerMinute,
-      tokensPerMinute: p.rateLimits?.tokensPerMinute ?? this.defaults.tokensPerMinute,
-    };
-    const grant = this.limiter.admit([{ key: `${p.keyId}\u0000${model.id}`, limits }], reservedTokens);
+    const grant = this.limiter.admit([{ key: `${p.keyId}\u0000${model.id}`, limits: this.limitsOf(ctx) }], reservedTokens);
     const runId = ctx.header('x-rft-run-id')?.trim() || null;
     let settled = false;
     return {
