@@ -50,9 +50,13 @@ const envSchema = z.object({
   EXECUTION_PROVIDER_STRICT: bool.default(false),
   // One intra-op thread per session: the HTTP thread needs the other core on a 2-core machine.
   ORT_INTRA_OP_THREADS: int(1, 256).default(1),
-  // Default rate limits per API key (0 = unlimited); per-key overrides via the admin key route.
-  RATE_LIMIT_RPM: int(0, 1_000_000_000).default(0),
-  RATE_LIMIT_TPM: int(0, 1_000_000_000).default(0),
+  // Default rate limits per API key and model (0 = unlimited); per-key overrides are set on the key.
+  // 600 requests and 1M tokens a minute: well above one interactive user, low enough that one
+  // runaway client cannot take a 2-core engine from everybody else.
+  RATE_LIMIT_RPM: int(0, 1_000_000_000).default(600),
+  RATE_LIMIT_TPM: int(0, 1_000_000_000).default(1_000_000),
+  // Inference charges are posted to the ledger in batches this often (and at shutdown).
+  CHARGE_FLUSH_INTERVAL_MS: int(50, 600_000).default(1_000),
 });
 
 export type Env = z.infer<typeof envSchema>;
