@@ -2,9 +2,10 @@ import { loadConfig, ConfigError } from './config.js';
 import { startDaemon, type Module } from './app.js';
 import { loadUws, NativeUwsMissing } from './http/uws.js';
 import { log } from './log.js';
+import { platformModule } from './platform/module.js';
 
 // The route families the daemon serves; each module owns its routes and background work.
-const modules: Module[] = [];
+const modules: Module[] = [platformModule];
 
 async function main(): Promise<void> {
   let config;
