@@ -1,0 +1,577 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import * as ort from 'onnxruntime-node';
+import { Tokenizer } from '@huggingface/tokenizers';
+import { Template } from '@huggingface/jinja';
+import { parseCheckpoint, parseTokenizerBin, serializeCheckpoint, headSize, kvDim, type LlamaCheckpoint } from './llama2c.js';
+import { prepareGenerated, prepareLlama2c, DEFAULT_CREATED } from './convert.js';
+import { buildByteVocab, generateCheckpoint, type GenerateParams } from './generate.js';
+import { buildLlamaOnnx } from './onnx-writer.js';
+import { buildHfTokenizer, type PieceVocab } from './tokenizer.js';
+import { writeModelDir } from './model-config.js';
+import { ensureDefaultModels, findStories260k, RANDOM_LLAMA_PARAMS } from './default-models.js';
+
+// ---------------------------------------------------------------------------
+// Reference implementations ported from llama2.c run.c
+// ---------------------------------------------------------------------------
+
+const fr = Math.fround;
+
+function rmsnorm(o: Float32Array, x: Float32Array, w: Float32Array, wOff: number, n: number): void {
+  let ss = 0;
+  for (let j = 0; j < n; j++) ss = fr(ss + fr(x[j]! * x[j]!));
+  ss = fr(ss / n);
+  ss = fr(ss + 1e-5);
+  ss = fr(1 / Math.sqrt(ss));
+  for (let j = 0; j < n; j++) o[j] = w[wOff + j]! * fr(ss * x[j]!);
+}
+
+// W (d,n) @ x (n,) -> xout (d,)
+function matmul(xout: Float32Array, x: Float32Array, w: Float32Array, wOff: number, n: number, d: number): void {
+  for (let i = 0; i < d; i++) {
+    let val = 0;
+    const base = wOff + i * n;
+    for (let j = 0; j < n; j++) val = fr(val + fr(w[base + j]! * x[j]!));
+    xout[i] = val;
+  }
+}
+
+function softmax(x: Float32Array, size: number): void {
+  let max = x[0]!;
+  for (let i = 1; i < size; i++) if (x[i]! > max) max = x[i]!;
+  let sum = 0;
+  for (let i = 0; i < size; i++) {
+    x[i] = Math.exp(x[i]! - max);
+    sum = fr(sum + x[i]!);
+  }
+  for (let i = 0; i < size; i++) x[i] = x[i]! / sum;
+}
+
+/** run.c's Transformer + forward(): one token at a time, float32 buffers. */
+class RefTransformer {
+  private x: Float32Array;
+  private xb: Float32Array;
+  private xb2: Float32Array;
+  private hb: Float32Array;
+  private hb2: Float32Array;
+  private q: Float32Array;
+  private att: Float32Array;
+  private keyCache: Float32Array;
+  private valueCache: Float32Array;
+  readonly logits: Float32Array;
+  constructor(private ck: LlamaCheckpoint) {
+    const p = ck.config;
+    const kd = kvDim(p);
+    this.x = new Float32Array(p.dim);
+    this.xb = new Float32Array(p.dim);
+    this.xb2 = new Float32Array(p.dim);
+    this.hb = new Float32Array(p.hiddenDim);
+    this.hb2 = new Float32Array(p.hiddenDim);
+    this.q = new Float32Array(p.dim);
+    this.att = new Float32Array(p.nHeads * p.seqLen);
+    this.keyCache = new Float32Array(p.nLayers * p.seqLen * kd);
+    this.valueCache = new Float32Array(p.nLayers * p.seqLen * kd);
+    this.logits = new Float32Array(p.vocabSize);
+  }
+  forward(token: number, pos: number): Float32Array {
+    const p = this.ck.config;
+    const w = this.ck.weights;
+    const { x, xb, xb2, hb, hb2, q, att } = this;
+    const dim = p.dim;
+    const kd = kvDim(p);
+    const kvMul = p.nHeads / p.nKvHeads;
+    const hidden = p.hiddenDim;
+    const hs = headSize(p);
+    x.set(w.tokenEmbedding.subarray(token * dim, (token + 1) * dim));
+    for (let l = 0; l < p.nLayers; l++) {
+      rmsnorm(xb, x, w.rmsAtt, l * dim, dim);
+      const loff = l * p.seqLen * kd;
+      const k = this.keyCache.subarray(loff + pos * kd, loff + (pos + 1) * kd);
+      const v = this.valueCache.subarray(loff + pos * kd, loff + (pos + 1) * kd);
+      matmul(q, xb, w.wq, l * dim * dim, dim, dim);
+      matmul(k, xb, w.wk, l * dim * kd, dim, kd);
+      matmul(v, xb, w.wv, l * dim * kd, dim, kd);
+      for (let i = 0; i < dim; i += 2) {
+        const headDim = i % hs;
+        const freq = fr(1 / fr(Math.pow(10000, fr(headDim / hs))));
+        const val = fr(pos * freq);
+        const fcr = fr(Math.cos(val));
+        const fci = fr(Math.sin(val));
+        const rotn = i < kd ? 2 : 1;
+        for (let vv = 0; vv < rotn; vv++) {
+          const vec = vv === 0 ? q : k;
+          const v0 = vec[i]!;
+          const v1 = vec[i + 1]!;
+          vec[i] = fr(v0 * fcr) - fr(v1 * fci);
+          vec[i + 1] = fr(v0 * fci) + fr(v1 * fcr);
+        }
+      }
+      for (let h = 0; h < p.nHeads; h++) {
+        const qh = h * hs;
+        const a = att.subarray(h * p.seqLen, (h + 1) * p.seqLen);
+        for (let t = 0; t <= pos; t++) {
+          const kb = loff + t * kd + Math.floor(h / kvMul) * hs;
+          let score = 0;
+          for (let i = 0; i < hs; i++) score = fr(score + fr(q[qh + i]! * this.keyCache[kb + i]!));
+          a[t] = score / Math.sqrt(hs);
+        }
+        softmax(a, pos + 1);
+        const out = xb.subarray(qh, qh + hs);
+        out.fill(0);
+        for (let t = 0; t <= pos; t++) {
+          const vb = loff + t * kd + Math.floor(h / kvMul) * hs;
+          const at = a[t]!;
+          for (let i = 0; i < hs; i++) out[i] = out[i]! + fr(at * this.valueCache[vb + i]!);
+        }
+      }
+      matmul(xb2, xb, w.wo, l * dim * dim, dim, dim);
+      for (let i = 0; i < dim; i++) x[i] = x[i]! + xb2[i]!;
+      rmsnorm(xb, x, w.rmsFfn, l * dim, dim);
+      matmul(hb, xb, w.w1, l * dim * hidden, dim, hidden);
+      matmul(hb2, xb, w.w3, l * dim * hidden, dim, hidden);
+      for (let i = 0; i < hidden; i++) {
+        let val = hb[i]!;
+        val = fr(val * fr(1 / (1 + Math.exp(-val))));
+        hb[i] = fr(val * hb2[i]!);
+      }
+      matmul(xb, hb, w.w2, l * dim * hidden, hidden, dim);
+      for (let i = 0; i < dim; i++) x[i] = x[i]! + xb[i]!;
+    }
+    rmsnorm(x, x, w.rmsFinal, 0, dim);
+    matmul(this.logits, x, w.wcls, 0, dim, p.vocabSize);
+    return this.logits;
+  }
+}
+
+/** run.c's encode(): dummy prefix, per-codepoint lookup with byte fallback (+3), greedy best-score merges. */
+function refEncode(v: PieceVocab, text: string, bos: boolean, eos: boolean): number[] {
+  const lookup = new Map<string, number>();
+  v.pieces.forEach((p, i) => {
+    if (!lookup.has(p)) lookup.set(p, i);
+  });
+  const bytes = new TextEncoder().encode(text);
+  const dec = new TextDecoder();
+  const tokens: number[] = [];
+  if (bos) tokens.push(1);
+  if (bytes.length > 0) tokens.push(lookup.get(' ')!);
+  let buf: number[] = [];
+  for (let c = 0; c < bytes.length; c++) {
+    if ((bytes[c]! & 0xc0) !== 0x80) buf = [];
+    buf.push(bytes[c]!);
+    if (c + 1 < bytes.length && (bytes[c + 1]! & 0xc0) === 0x80 && buf.length < 4) continue;
+    const id = lookup.get(dec.decode(Uint8Array.from(buf)));
+    if (id !== undefined) tokens.push(id);
+    else for (const b of buf) tokens.push(b + 3);
+    buf = [];
+  }
+  for (;;) {
+    let bestScore = -1e10;
+    let bestId = -1;
+    let bestIdx = -1;
+    for (let i = 0; i < tokens.length - 1; i++) {
+      const id = lookup.get(v.pieces[tokens[i]!]! + v.pieces[tokens[i + 1]!]!);
+      if (id !== undefined && v.scores[id]! > bestScore) {
+        bestScore = v.scores[id]!;
+        bestId = id;
+        bestIdx = i;
+      }
+    }
+    if (bestIdx === -1) break;
+    tokens.splice(bestIdx, 2, bestId);
+  }
+  if (eos) tokens.push(2);
+  return tokens;
+}
+
+function argmax(a: ArrayLike<number>, off = 0, n = a.length): number {
+  let best = 0;
+  for (let i = 1; i < n; i++) if (a[off + i]! > a[off + best]!) best = i;
+  return best;
+}
+
+function refGreedy(ck: LlamaCheckpoint, prompt: number[], steps: number): number[] {
+  const t = new RefTransformer(ck);
+  const out: number[] = [];
+  let logits!: Float32Array;
+  for (let pos = 0; pos < prompt.length; pos++) logits = t.forward(prompt[pos]!, pos);
+  let pos = prompt.length;
+  for (let i = 0; i < steps; i++) {
+    const next = argmax(logits);
+    out.push(next);
+    logits = t.forward(next, pos++);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// ONNX helpers
+// ---------------------------------------------------------------------------
+
+type Feeds = Record<string, ort.Tensor>;
+const i64 = (rows: number[][]): ort.Tensor =>
+  new ort.Tensor('int64', BigInt64Array.from(rows.flat().map((v) => BigInt(v))), [rows.length, rows[0]!.length]);
+
+function emptyPast(ck: LlamaCheckpoint, batch: number): Feeds {
+  const f: Feeds = {};
+  const hs = headSize(ck.config);
+  for (let l = 0; l < ck.config.nLayers; l++) {
+    for (const kv of ['key', 'value']) {
+      f[`past_key_values.${l}.${kv}`] = new ort.Tensor('float32', new Float32Array(0), [batch, ck.config.nKvHeads, 0, hs]);
+    }
+  }
+  return f;
+}
+
+function presentAsPast(ck: LlamaCheckpoint, r: ort.InferenceSession.OnnxValueMapType): Feeds {
+  const f: Feeds = {};
+  for (let l = 0; l < ck.config.nLayers; l++) {
+    f[`past_key_values.${l}.key`] = r[`present.${l}.key`] as ort.Tensor;
+    f[`past_key_values.${l}.value`] = r[`present.${l}.value`] as ort.Tensor;
+  }
+  return f;
+}
+
+async function session(model: Uint8Array): Promise<ort.InferenceSession> {
+  return ort.InferenceSession.create(model, { intraOpNumThreads: 1, interOpNumThreads: 1 });
+}
+
+/** Greedy decode with the KV cache: prefill the prompt, then one token per step. */
+async function onnxGreedy(sess: ort.InferenceSession, ck: LlamaCheckpoint, prompt: number[], steps: number): Promise<number[]> {
+  const V = ck.config.vocabSize;
+  let past = emptyPast(ck, 1);
+  let input = prompt;
+  let total = 0;
+  const out: number[] = [];
+  for (let i = 0; i < steps; i++) {
+    const S = input.length;
+    const r = await sess.run({
+      ...past,
+      input_ids: i64([input]),
+      attention_mask: i64([new Array(total + S).fill(1)]),
+      position_ids: i64([input.map((_, j) => total + j)]),
+    });
+    const logits = r.logits!.data as Float32Array;
+    const next = argmax(logits, (S - 1) * V, V);
+    out.push(next);
+    past = presentAsPast(ck, r);
+    total += S;
+    input = [next];
+  }
+  return out;
+}
+
+function maxAbsDiff(a: ArrayLike<number>, aOff: number, b: ArrayLike<number>, bOff: number, n: number): number {
+  let m = 0;
+  for (let i = 0; i < n; i++) m = Math.max(m, Math.abs(a[aOff + i]! - b[bOff + i]!));
+  return m;
+}
+
+async function checkAgainstReference(ck: LlamaCheckpoint, sess: ort.InferenceSession, tokens: number[], tol: number): Promise<void> {
+  const V = ck.config.vocabSize;
+  const ref = new RefTransformer(ck);
+  const r = await sess.run({
+    ...emptyPast(ck, 1),
+    input_ids: i64([tokens]),
+    attention_mask: i64([tokens.map(() => 1)]),
+    position_ids: i64([tokens.map((_, j) => j)]),
+  });
+  const logits = r.logits!.data as Float32Array;
+  expect(r.logits!.dims).toEqual([1, tokens.length, V]);
+  for (let pos = 0; pos < tokens.length; pos++) {
+    const want = ref.forward(tokens[pos]!, pos);
+    expect(maxAbsDiff(logits, pos * V, want, 0, V)).toBeLessThan(tol);
+  }
+}
+
+/** Left-padded batch vs each row alone, for the prefill and two cached decode steps. */
+async function checkBatch(ck: LlamaCheckpoint, sess: ort.InferenceSession, prompts: number[][], tol: number): Promise<void> {
+  const V = ck.config.vocabSize;
+  const Bn = prompts.length;
+  const maxLen = Math.max(...prompts.map((p) => p.length));
+  const steps = 3;
+  // each row alone: logits at every prompt position and at each decode step
+  const solo: Float32Array[][] = [];
+  const soloNext: number[][] = [];
+  for (const p of prompts) {
+    const rows: Float32Array[] = [];
+    const nexts: number[] = [];
+    let past = emptyPast(ck, 1);
+    let input = p;
+    let total = 0;
+    for (let s = 0; s < steps; s++) {
+      const r = await sess.run({
+        ...past,
+        input_ids: i64([input]),
+        attention_mask: i64([new Array(total + input.length).fill(1)]),
+        position_ids: i64([input.map((_, j) => total + j)]),
+      });
+      const lg = r.logits!.data as Float32Array;
+      for (let j = 0; j < input.length; j++) rows.push(lg.slice(j * V, (j + 1) * V));
+      const next = argmax(lg, (input.length - 1) * V, V);
+      nexts.push(next);
+      past = presentAsPast(ck, r);
+      total += input.length;
+      input = [next];
+    }
+    solo.push(rows);
+    soloNext.push(nexts);
+  }
+  // batched, left padded with pad id 0 and mask 0
+  const mask = prompts.map((p) => [...new Array(maxLen - p.length).fill(0), ...p.map(() => 1)]);
+  const ids = prompts.map((p) => [...new Array(maxLen - p.length).fill(0), ...p]);
+  const posIds = prompts.map((p) => [...new Array(maxLen - p.length).fill(1), ...p.map((_, j) => j)]);
+  let past = emptyPast(ck, Bn);
+  let r = await sess.run({ ...past, input_ids: i64(ids), attention_mask: i64(mask), position_ids: i64(posIds) });
+  let lg = r.logits!.data as Float32Array;
+  expect(r.logits!.dims).toEqual([Bn, maxLen, V]);
+  for (let b = 0; b < Bn; b++) {
+    const pad = maxLen - prompts[b]!.length;
+    for (let j = 0; j < prompts[b]!.length; j++) {
+      expect(maxAbsDiff(lg, (b * maxLen + pad + j) * V, solo[b]![j]!, 0, V)).toBeLessThan(tol);
+    }
+  }
+  for (let s = 1; s < steps; s++) {
+    past = presentAsPast(ck, r);
+    const next = prompts.map((_, b) => soloNext[b]![s - 1]!);
+    mask.forEach((m) => m.push(1));
+    const pos = prompts.map((p) => [p.length + s - 1]);
+    r = await sess.run({ ...past, input_ids: i64(next.map((n) => [n])), attention_mask: i64(mask), position_ids: i64(pos) });
+    lg = r.logits!.data as Float32Array;
+    for (let b = 0; b < Bn; b++) {
+      const want = solo[b]![prompts[b]!.length + s - 1]!;
+      expect(maxAbsDiff(lg, b * V, want, 0, V)).toBeLessThan(tol);
+    }
+  }
+}
+
+/** One-pass prefill vs token-by-token with past. */
+async function checkIncremental(ck: LlamaCheckpoint, sess: ort.InferenceSession, tokens: number[], tol: number): Promise<void> {
+  const V = ck.config.vocabSize;
+  const full = await sess.run({
+    ...emptyPast(ck, 1),
+    input_ids: i64([tokens]),
+    attention_mask: i64([tokens.map(() => 1)]),
+    position_ids: i64([tokens.map((_, j) => j)]),
+  });
+  const fl = full.logits!.data as Float32Array;
+  let past = emptyPast(ck, 1);
+  for (let j = 0; j < tokens.length; j++) {
+    const r = await sess.run({
+      ...past,
+      input_ids: i64([[tokens[j]!]]),
+      attention_mask: i64([new Array(j + 1).fill(1)]),
+      position_ids: i64([[j]]),
+    });
+    expect(maxAbsDiff(r.logits!.data as Float32Array, 0, fl, j * V, V)).toBeLessThan(tol);
+    past = presentAsPast(ck, r);
+  }
+  const pk = full['present.0.key'] as ort.Tensor;
+  expect(pk.dims).toEqual([1, ck.config.nKvHeads, tokens.length, headSize(ck.config)]);
+  expect(maxAbsDiff(pk.data as Float32Array, 0, (past['past_key_values.0.key']!.data as Float32Array), 0, pk.size)).toBeLessThan(1e-5);
+}
+
+const tokenizerFor = (v: PieceVocab, maxLen: number): Tokenizer => {
+  const t = buildHfTokenizer(v, { modelMaxLength: maxLen });
+  return new Tokenizer(t.tokenizerJson as object, t.tokenizerConfig as object);
+};
+
+const TEXTS = [
+  'Once upon a time',
+  'Once upon a time, there was a little girl named Lily.',
+  'Hello world',
+  '',
+  ' leading space',
+  'two  spaces and trailing ',
+  'line one\nline two\n\ttabbed',
+  'naïve café — “quotes” €5 ™',
+  '日本語のテキスト',
+  'emoji 🙂🚀 and ZWJ 👩‍💻',
+  'math: x² + y² = z², ∑∞',
+  '<b>tags</b> [brackets] {braces} ~tilde~ |pipe| \\ back',
+  'Ünïcödé ÀÉÎÕÜ ñ ß ø å',
+  'aaaaaaaaaaaaaaaa bbbbbbbbbb the the the',
+];
+
+// ---------------------------------------------------------------------------
+
+const STORIES = findStories260k(process.env.SHARED_MODELS_DIR ?? path.resolve(fileURLToPath(new URL('.', import.meta.url)), '../../../../shared/models'));
+const tmpDirs: string[] = [];
+const tmp = (): string => {
+  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'cg-convert-'));
+  tmpDirs.push(d);
+  return d;
+};
+afterAll(() => {
+  for (const d of tmpDirs) fs.rmSync(d, { recursive: true, force: true });
+});
+
+describe.skipIf(!STORIES)('stories260K conversion (needs ../shared/models/stories260K)', () => {
+  let ck: LlamaCheckpoint;
+  let vocab: PieceVocab;
+  let sess: ort.InferenceSession;
+  let tok: Tokenizer;
+  let tokConfig: Record<string, unknown>;
+
+  beforeAll(async () => {
+    const ckBytes = fs.readFileSync(path.join(STORIES!, 'stories260K.bin'));
+    const tokBytes = fs.readFileSync(path.join(STORIES!, 'tok512.bin'));
+    ck = parseCheckpoint(ckBytes);
+    vocab = parseTokenizerBin(tokBytes, ck.config.vocabSize);
+    const dir = tmp();
+    writeModelDir(dir, prepareLlama2c(ckBytes, tokBytes, { id: 'test/stories260k', kind: 'chat', created: DEFAULT_CREATED }));
+    sess = await ort.InferenceSession.create(path.join(dir, 'model.onnx'), { intraOpNumThreads: 1 });
+    tokConfig = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
+    tok = new Tokenizer(JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8')), tokConfig);
+  });
+
+  it('reads the header', () => {
+    expect(ck.config).toMatchObject({ dim: 64, hiddenDim: 172, nLayers: 5, nHeads: 8, nKvHeads: 4, vocabSize: 512, seqLen: 512, sharedClassifier: true });
+  });
+
+  it('has the optimum decoder signature', () => {
+    expect(sess.inputNames.slice(0, 3)).toEqual(['input_ids', 'attention_mask', 'position_ids']);
+    expect(sess.inputNames).toContain('past_key_values.4.value');
+    expect(sess.outputNames.slice(0, 3)).toEqual(['logits', 'present.0.key', 'present.0.value']);
+  });
+
+  it('greedy decoding matches the llama2.c reference token for token (BOS alone and BOS + "Once upon a time")', async () => {
+    const N = 48;
+    for (const prompt of [[1], refEncode(vocab, 'Once upon a time', true, false)]) {
+      const want = refGreedy(ck, prompt, N);
+      const got = await onnxGreedy(sess, ck, prompt, N);
+      expect(got).toEqual(want);
+      const text = tok.decode([...prompt, ...got], { skip_special_tokens: true });
+      expect(text.startsWith('Once upon a time, there was a little girl named Lily. She loved to play outside in the park.')).toBe(true);
+    }
+  });
+
+  it('logits match the reference forward pass', async () => {
+    await checkAgainstReference(ck, sess, refEncode(vocab, 'Once upon a time, there was a cat.', true, false), 1e-3);
+  });
+
+  it('tokenizer.json encodes like llama2.c encode() and decodes back', () => {
+    expect(tok.encode('Once upon a time').ids).toEqual(refEncode(vocab, 'Once upon a time', true, false));
+    for (const text of TEXTS) {
+      const want = refEncode(vocab, text, false, false);
+      const got = tok.encode(text, { add_special_tokens: false }).ids;
+      expect(got, JSON.stringify(text)).toEqual(want);
+      if (got.length) expect(tok.decode(got)).toBe(text);
+    }
+    // byte fallback really happened for the non-ASCII text
+    expect(tok.encode('日本', { add_special_tokens: false }).ids.some((id: number) => id >= 3 && id <= 258)).toBe(true);
+  });
+
+  it('chat template renders one BOS and encodes without extra special tokens', () => {
+    const tpl = new Template(tokConfig.chat_template as string);
+    const rendered = tpl.render({
+      messages: [{ role: 'user', content: 'Tell me a story.' }],
+      add_generation_prompt: true,
+      bos_token: tokConfig.bos_token,
+      eos_token: tokConfig.eos_token,
+    });
+    expect(rendered).toBe('<s>user: Tell me a story.\nassistant:');
+    const ids = tok.encode(rendered, { add_special_tokens: false }).ids;
+    expect(ids).toEqual(refEncode(vocab, 'user: Tell me a story.\nassistant:', true, false));
+    expect(ids.filter((i: number) => i === 1)).toHaveLength(1);
+  });
+
+  it('left-padded batch of 3 matches each row alone (prefill and cached steps)', async () => {
+    const prompts = ['Once upon a time, there was', 'The cat', 'Lily saw a big dog'].map((t) => refEncode(vocab, t, true, false));
+    expect(new Set(prompts.map((p) => p.length)).size).toBe(3);
+    await checkBatch(ck, sess, prompts, 1e-4);
+  });
+
+  it('prefill in one pass equals token-by-token with past', async () => {
+    await checkIncremental(ck, sess, refEncode(vocab, 'One day, Lily went to the park', true, false), 1e-4);
+  });
+});
+
+describe('seeded random-weight generator (always runs)', () => {
+  const params: GenerateParams = { ...RANDOM_LLAMA_PARAMS, seqLen: 64 };
+
+  it('same seed gives identical bytes, another seed differs', () => {
+    const meta = { id: 'test/r', kind: 'chat' as const, created: DEFAULT_CREATED };
+    const a = prepareGenerated(params, meta);
+    const b = prepareGenerated(params, meta);
+    const c = prepareGenerated({ ...params, seed: 2 }, meta);
+    expect(Buffer.from(a.onnx.model).equals(Buffer.from(b.onnx.model))).toBe(true);
+    expect(JSON.stringify(a.tokenizerJson)).toBe(JSON.stringify(b.tokenizerJson));
+    expect(Buffer.from(a.onnx.model).equals(Buffer.from(c.onnx.model))).toBe(false);
+  });
+
+  it('checkpoint round-trips through the llama2.c layout', () => {
+    const ck = generateCheckpoint(params);
+    const back = parseCheckpoint(serializeCheckpoint(ck));
+    expect(back.config).toEqual(ck.config);
+    expect(Buffer.from(back.weights.w2.buffer, back.weights.w2.byteOffset, back.weights.w2.byteLength).equals(Buffer.from(ck.weights.w2.buffer))).toBe(true);
+  });
+
+  // larger weights than the shipped model so that mistakes show in the logits
+  for (const [heads, kvHeads, rope] of [
+    [8, 4, 'folded'],
+    [8, 4, 'matmul'],
+    [4, 1, 'folded'],
+    [4, 1, 'matmul'],
+    [4, 4, 'folded'],
+    [4, 4, 'matmul'],
+  ] as const) {
+    it(`ONNX graph matches the reference forward, batch and cache (${heads} heads, ${kvHeads} kv heads, rope ${rope})`, async () => {
+      const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: heads, nKvHeads: kvHeads, vocabSize: 64, seqLen: 32, seed: 7, std: 0.3 });
+      const sess = await session(buildLlamaOnnx(ck, { rope }).model);
+      await checkAgainstReference(ck, sess, [1, 5, 9, 33, 2, 60, 17, 4], 1e-4);
+      await checkBatch(ck, sess, [[1, 3, 4, 5, 6, 7], [1, 9], [1, 10, 11, 12]], 1e-4);
+      await checkIncremental(ck, sess, [1, 40, 41, 42, 43], 1e-4);
+    });
+  }
+
+  it('runs with graph optimizations disabled and with external weight data', async () => {
+    const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 8, nKvHeads: 2, vocabSize: 64, seqLen: 32, seed: 9, std: 0.3 });
+    const plain = await ort.InferenceSession.create(buildLlamaOnnx(ck).model, { graphOptimizationLevel: 'disabled' });
+    await checkAgainstReference(ck, plain, [1, 7, 8, 9, 10], 1e-4);
+    const dir = tmp();
+    const ext = buildLlamaOnnx(ck, { externalDataFile: 'model.onnx.data' });
+    expect(ext.data!.byteLength).toBeGreaterThan(ext.model.byteLength);
+    fs.writeFileSync(path.join(dir, 'model.onnx'), ext.model);
+    fs.writeFileSync(path.join(dir, 'model.onnx.data'), ext.data!);
+    const sess = await ort.InferenceSession.create(path.join(dir, 'model.onnx'));
+    await checkAgainstReference(ck, sess, [1, 7, 8, 9, 10], 1e-4);
+  });
+
+  it('the built-in vocabulary loads in @huggingface/tokenizers and encodes like llama2.c', () => {
+    for (const size of [512, 2048]) {
+      const v = buildByteVocab(size, 1);
+      expect(v.pieces).toHaveLength(size);
+      const tok = tokenizerFor(v, 512);
+      for (const text of TEXTS) {
+        const got = tok.encode(text, { add_special_tokens: false }).ids;
+        expect(got, JSON.stringify(text)).toEqual(refEncode(v, text, false, false));
+        if (got.length) expect(tok.decode(got)).toBe(text);
+      }
+      expect(tok.encode('hi').ids[0]).toBe(1);
+    }
+  });
+
+  it('default models: random ones always, stories260k when present, idempotent', () => {
+    const dir = tmp();
+    const t0 = Date.now();
+    const first = ensureDefaultModels({ modelsDir: dir, sharedModelsDir: path.join(dir, 'no-shared') });
+    expect(first.map((r) => [r.folder, r.action])).toEqual([
+      ['random-llama', 'written'],
+      ['random-llama-eval', 'written'],
+    ]);
+    const cg = JSON.parse(fs.readFileSync(path.join(dir, 'random-llama-eval', 'cloudgate.json'), 'utf8'));
+    expect(cg).toMatchObject({ id: 'cloudgate/random-llama-eval', kind: 'evaluation', contextLength: 512 });
+    const before = fs.statSync(path.join(dir, 'random-llama', 'model.onnx')).mtimeMs;
+    const second = ensureDefaultModels({ modelsDir: dir, sharedModelsDir: STORIES ?? path.join(dir, 'no-shared') });
+    expect(second.filter((r) => r.folder.startsWith('random')).every((r) => r.action === 'up-to-date')).toBe(true);
+    expect(fs.statSync(path.join(dir, 'random-llama', 'model.onnx')).mtimeMs).toBe(before);
+    if (STORIES) {
+      expect(second.map((r) => r.folder)).toEqual(['random-llama', 'random-llama-eval', 'stories260k', 'stories260k-eval']);
+      expect(JSON.parse(fs.readFileSync(path.join(dir, 'stories260k', 'cloudgate.json'), 'utf8')).id).toBe('cloudgate/stories260k');
+    }
+    expect(Date.now() - t0).toBeLessThan(5000);
+  });
+});

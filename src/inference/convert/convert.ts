@@ -1,0 +1,140 @@
+// High-level entry points: llama2.c checkpoint -> model folder, and seeded
+// random model -> model folder.
+import crypto from 'node:crypto';
+import { parseCheckpoint, parseTokenizerBin, type LlamaCheckpoint } from './llama2c.js';
+import { buildLlamaOnnx } from './onnx-writer.js';
+import { buildHfTokenizer, type PieceVocab } from './tokenizer.js';
+import { buildByteVocab, generateCheckpoint, type GenerateParams } from './generate.js';
+import { writeModelDir, type CloudgateModelConfig, type ModelDirContents, type ModelKind } from './model-config.js';
+
+/** Bump when the ONNX layout or tokenizer output changes, so default models get rebuilt. */
+export const CONVERTER_VERSION = 'cloudgate-convert/1';
+
+/** Fixed `created` for the repository's default models (keeps rebuilds byte-identical). */
+export const DEFAULT_CREATED = 1767225600; // 2026-01-01T00:00:00Z
+
+/** Weights above this size go to model.onnx.data (ONNX external data). */
+export const EXTERNAL_DATA_THRESHOLD_BYTES = 1024 * 1024 * 1024;
+
+export interface ModelMeta {
+  id: string;
+  kind: ModelKind;
+  contextLength?: number;
+  maxTokensDefault?: number;
+  maxTokensCap?: number;
+  prices?: { inputPerMTok: number; outputPerMTok: number };
+  ownedBy?: string;
+  created?: number;
+  chatTemplate?: string;
+}
+
+export function defaultPrices(kind: ModelKind): { inputPerMTok: number; outputPerMTok: number } {
+  return kind === 'chat' ? { inputPerMTok: 0.1, outputPerMTok: 0.2 } : { inputPerMTok: 0.05, outputPerMTok: 0 };
+}
+
+function cloudgateConfig(meta: ModelMeta, seqLen: number): CloudgateModelConfig {
+  const contextLength = meta.contextLength ?? seqLen;
+  const cap = meta.maxTokensCap ?? contextLength;
+  return {
+    id: meta.id,
+    kind: meta.kind,
+    contextLength,
+    maxTokensDefault: meta.maxTokensDefault ?? Math.min(256, cap),
+    maxTokensCap: cap,
+    prices: meta.prices ?? defaultPrices(meta.kind),
+    ownedBy: meta.ownedBy ?? 'cloudgate',
+    created: meta.created ?? Math.floor(Date.now() / 1000),
+  };
+}
+
+export function sha256(...parts: Array<Uint8Array | string>): string {
+  const h = crypto.createHash('sha256');
+  for (const p of parts) {
+    h.update(typeof p === 'string' ? Buffer.from(p, 'utf8') : p);
+    h.update('\u0000');
+  }
+  return h.digest('hex');
+}
+
+export function buildModelDirContents(ck: LlamaCheckpoint, vocab: PieceVocab, meta: ModelMeta, sourceHash: string, description: string): ModelDirContents {
+  if (vocab.pieces.length !== ck.config.vocabSize) {
+    throw new Error(`tokenizer has ${vocab.pieces.length} tokens, the checkpoint has vocab_size ${ck.config.vocabSize}`);
+  }
+  const cg = cloudgateConfig(meta, ck.config.seqLen);
+  if (cg.contextLength > ck.config.seqLen) {
+    throw new Error(`contextLength ${cg.contextLength} exceeds the model's max sequence ${ck.config.seqLen}`);
+  }
+  const tok = buildHfTokenizer(vocab, { modelMaxLength: ck.config.seqLen, chatTemplate: meta.chatTemplate });
+  const weightBytes = estimateWeightBytes(ck);
+  const external = weightBytes > EXTERNAL_DATA_THRESHOLD_BYTES;
+  const onnx = buildLlamaOnnx(ck, external ? { externalDataFile: 'model.onnx.data' } : {});
+  return {
+    onnx: { ...onnx, dataFileName: 'model.onnx.data' },
+    tokenizerJson: tok.tokenizerJson,
+    tokenizerConfig: tok.tokenizerConfig,
+    cloudgate: cg,
+    llama: ck.config,
+    source: { sourceHash, description },
+  };
+}
+
+function estimateWeightBytes(ck: LlamaCheckpoint): number {
+  const w = ck.weights;
+  return 4 * (w.tokenEmbedding.length * 2 + w.wq.length * 2 + w.wk.length * 2 + w.wv.length + w.wo.length + w.w1.length + w.w2.length + w.w3.length);
+}
+
+/** JSON with sorted keys at every level (stable input for hashes). */
+export function stableJson(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(stableJson).join(',')}]`;
+  if (v && typeof v === 'object') {
+    const o = v as Record<string, unknown>;
+    return `{${Object.keys(o)
+      .filter((k) => o[k] !== undefined)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${stableJson(o[k])}`)
+      .join(',')}}`;
+  }
+  return JSON.stringify(v);
+}
+
+export function metaHash(meta: ModelMeta): string {
+  return stableJson(meta);
+}
+
+/** Convert llama2.c checkpoint + tokenizer bytes into a model folder. */
+export function convertLlama2c(checkpoint: Uint8Array, tokenizerBin: Uint8Array, outDir: string, meta: ModelMeta): ModelDirContents {
+  const contents = prepareLlama2c(checkpoint, tokenizerBin, meta);
+  writeModelDir(outDir, contents);
+  return contents;
+}
+
+export function llama2cSourceHash(checkpoint: Uint8Array, tokenizerBin: Uint8Array, meta: ModelMeta): string {
+  return sha256(CONVERTER_VERSION, 'llama2c', checkpoint, tokenizerBin, metaHash(meta));
+}
+
+export function prepareLlama2c(checkpoint: Uint8Array, tokenizerBin: Uint8Array, meta: ModelMeta): ModelDirContents {
+  const ck = parseCheckpoint(checkpoint);
+  const vocab = parseTokenizerBin(tokenizerBin, ck.config.vocabSize);
+  return buildModelDirContents(ck, vocab, meta, llama2cSourceHash(checkpoint, tokenizerBin, meta), 'converted from a llama2.c checkpoint');
+}
+
+export function generatedSourceHash(params: GenerateParams, meta: ModelMeta, tokenizerBin?: Uint8Array): string {
+  return sha256(CONVERTER_VERSION, 'generate', stableJson(params), metaHash(meta), tokenizerBin ?? 'builtin-vocab');
+}
+
+/**
+ * A seeded random-weight model. With `tokenizerBin` (a llama2.c tokenizer.bin
+ * whose size must equal params.vocabSize) it uses that vocabulary, otherwise
+ * the built-in byte-fallback vocabulary.
+ */
+export function prepareGenerated(params: GenerateParams, meta: ModelMeta, tokenizerBin?: Uint8Array): ModelDirContents {
+  const ck = generateCheckpoint(params);
+  const vocab = tokenizerBin ? parseTokenizerBin(tokenizerBin, params.vocabSize) : buildByteVocab(params.vocabSize, params.seed);
+  return buildModelDirContents(ck, vocab, meta, generatedSourceHash(params, meta, tokenizerBin), `random weights, seed ${params.seed}`);
+}
+
+export function generateModel(params: GenerateParams, outDir: string, meta: ModelMeta, tokenizerBin?: Uint8Array): ModelDirContents {
+  const contents = prepareGenerated(params, meta, tokenizerBin);
+  writeModelDir(outDir, contents);
+  return contents;
+}

@@ -1,0 +1,339 @@
+// Writes a llama2.c-architecture model as a single ONNX decoder in the Hugging Face
+// optimum / transformers.js "decoder with past" layout, using only standard ONNX
+// ops (opset 17) so the onnxruntime CPU provider runs it.
+//
+// Inputs:  input_ids [batch_size, sequence_length] int64
+//          attention_mask [batch_size, total_sequence_length] int64
+//          position_ids [batch_size, sequence_length] int64
+//          past_key_values.N.key|value [batch_size, n_kv_heads, past_sequence_length, head_size] float32
+// Outputs: logits [batch_size, sequence_length, vocab] float32
+//          present.N.key|value [batch_size, n_kv_heads, total_sequence_length, head_size] float32
+//
+// Attention: key j is visible to query i iff attention_mask[b, j] == 1 and
+// j <= past + i, where past = total_sequence_length - sequence_length (cache
+// index, not position id), so left padding of any per-row length works.
+// position_ids (supplied by the caller) only drive RoPE.
+//
+// Layout decisions that keep the node count low (per-op overhead dominates on
+// these tiny models):
+// - RoPE keeps llama2.c's interleaved-pair convention (2i, 2i+1); wq/wk are NOT
+//   permuted to HF's rotate_half order. One MatMul projects q, k and v together
+//   (columns ordered [slot = q heads of the group.., k, v][kv head][dim]), then
+//   out = y*cos + rot(y)*sin with rot(y)[2i] = -y[2i+1], rot(y)[2i+1] = y[2i]
+//   ('matmul' mode: rot is a tiny [head, head] signed-permutation MatMul;
+//   'folded' mode: rot(q), rot(k) come from extra weight columns and the sum is
+//   one ReduceSum). cos/sin come from initializer tables gathered once per run by
+//   position_ids; the v slot uses cos = 1, sin = 0. Cached keys are post-RoPE
+//   (as in every HF export), in llama2.c's own head-dim order.
+// - 1/sqrt(head_size) is folded into the q weights.
+// - Grouped-query attention without repeating K/V: q is laid out as
+//   [group, batch, kv_head, seq, head] and MatMul broadcasts against the
+//   [batch, kv_head, total, head] cache.
+// - RMSNorm is written as Pow -> ReduceMean -> Add -> Sqrt -> Div -> Mul, the
+//   pattern onnxruntime fuses into one SimplifiedLayerNormalization kernel;
+//   Transpose -> MatMul for q.k^T is fused by ORT into one FusedMatMul and
+//   SiLU written as x * Sigmoid(x) into one QuickGelu(alpha = 1) kernel.
+// - cos/sin tables and the additive mask are computed once per run and
+//   shared by all layers.
+import { GraphBuilder } from './onnx-graph.js';
+import { headSize, kvDim, validateConfig, type LlamaCheckpoint, type LlamaConfig } from './llama2c.js';
+
+export const OPSET = 17;
+export const MASK_VALUE = -1e9;
+
+export interface OnnxWriteOptions {
+  /** name of a side file for weights (ONNX external data); default: all inline */
+  externalDataFile?: string;
+  /** extra metadata_props */
+  metadata?: Record<string, string>;
+  /** table length for RoPE; default config.seqLen */
+  maxPositions?: number;
+  /**
+   * How the RoPE "rotate pairs" term is computed:
+   * - 'folded': folded into the projection weights (fewest nodes; the qkv
+   *   projection is about twice as wide), best for tiny models;
+   * - 'matmul': a [head_size, head_size] signed permutation MatMul at run time
+   *   (two more nodes per layer, far fewer FLOPs), best for larger models.
+   * Default 'matmul': measured as fast as 'folded' on stories260K and ~30%
+   * faster per decode step on a 30M model, with no duplicated weights.
+   */
+  rope?: 'folded' | 'matmul';
+}
+
+const f = Math.fround;
+
+/**
+ * RoPE angle tables computed the way llama2.c's run.c does (float32):
+ * freq = 1 / powf(10000, head_dim / head_size); val = pos * freq.
+ */
+export function ropeCosSin(c: LlamaConfig, maxPositions: number): { cos: Float32Array; sin: Float32Array } {
+  const hs = headSize(c);
+  const half = hs / 2;
+  const cos = new Float32Array(maxPositions * half);
+  const sin = new Float32Array(maxPositions * half);
+  for (let j = 0; j < half; j++) {
+    const freq = f(1 / f(Math.pow(c.ropeTheta, f((2 * j) / hs))));
+    for (let p = 0; p < maxPositions; p++) {
+      const val = f(p * freq);
+      cos[p * half + j] = Math.cos(val);
+      sin[p * half + j] = Math.sin(val);
+    }
+  }
+  return { cos, sin };
+}
+
+export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {}): { model: Uint8Array; data?: Uint8Array } {
+  const c = ck.config;
+  const w = ck.weights;
+  validateConfig(c);
+  const D = c.dim;
+  const H = c.nHeads;
+  const KV = c.nKvHeads;
+  const hd = headSize(c);
+  const kd = kvDim(c);
+  const g = H / KV;
+  const slots = g + 2; // g query heads, 1 key head, 1 value head per kv group
+  const C = slots * KV * hd; // columns of one half of the fused projection
+  const hidden = c.hiddenDim;
+  const V = c.vocabSize;
+  const L = c.nLayers;
+  const maxPos = opts.maxPositions ?? c.seqLen;
+  const scale = 1 / Math.sqrt(hd);
+
+  const gb = new GraphBuilder();
+  const B = 'batch_size';
+  const S = 'sequence_length';
+  const P = 'past_sequence_length';
+  const T = 'total_sequence_length';
+
+  const inputIds = gb.input('input_ids', 'int64', [B, S]);
+  const attnMask = gb.input('attention_mask', 'int64', [B, T]);
+  const positionIds = gb.input('position_ids', 'int64', [B, S]);
+  const pastK: string[] = [];
+  const pastV: string[] = [];
+  for (let l = 0; l < L; l++) {
+    pastK.push(gb.input(`past_key_values.${l}.key`, 'float32', [B, KV, P, hd]));
+    pastV.push(gb.input(`past_key_values.${l}.value`, 'float32', [B, KV, P, hd]));
+  }
+  gb.output('logits', 'float32', [B, S, V]);
+  for (let l = 0; l < L; l++) {
+    gb.output(`present.${l}.key`, 'float32', [B, KV, T, hd]);
+    gb.output(`present.${l}.value`, 'float32', [B, KV, T, hd]);
+  }
+
+  // ---- weights ----
+  gb.init('embed_tokens', [V, D], w.tokenEmbedding);
+
+  const ropeMode = opts.rope ?? 'matmul';
+  const halves = ropeMode === 'folded' ? 2 : 1;
+  // RoPE tables [maxPos, 2 (cos, sin), slots, 1, hd]; the v slot gets cos = 1, sin = 0
+  const { cos, sin } = ropeCosSin(c, maxPos);
+  const ropeTable = (h: number): Float32Array => {
+    const t = new Float32Array(maxPos * slots * hd);
+    for (let p = 0; p < maxPos; p++) {
+      for (let s = 0; s < slots; s++) {
+        const base = (p * slots + s) * hd;
+        for (let d = 0; d < hd; d++) {
+          const j = p * (hd / 2) + (d >> 1);
+          t[base + d] = s === slots - 1 ? (h === 0 ? 1 : 0) : h === 0 ? cos[j]! : sin[j]!;
+        }
+      }
+    }
+    return t;
+  };
+  if (ropeMode === 'folded') {
+    const both = new Float32Array(maxPos * 2 * slots * hd);
+    const tc = ropeTable(0);
+    const ts = ropeTable(1);
+    for (let p = 0; p < maxPos; p++) {
+      both.set(tc.subarray(p * slots * hd, (p + 1) * slots * hd), (p * 2) * slots * hd);
+      both.set(ts.subarray(p * slots * hd, (p + 1) * slots * hd), (p * 2 + 1) * slots * hd);
+    }
+    gb.init('rope_cos_sin', [maxPos, 2, slots, 1, hd], both);
+  } else {
+    gb.init('rope_cos', [maxPos, slots, 1, hd], ropeTable(0));
+    gb.init('rope_sin', [maxPos, slots, 1, hd], ropeTable(1));
+    // rot(x) = x @ R with rot(x)[2i] = -x[2i+1], rot(x)[2i+1] = x[2i]
+    const R = new Float32Array(hd * hd);
+    for (let m = 0; m < hd / 2; m++) {
+      R[(2 * m + 1) * hd + 2 * m] = -1;
+      R[2 * m * hd + 2 * m + 1] = 1;
+    }
+    gb.init('rope_rotate', [hd, hd], R);
+  }
+
+  // ---- shared per-run values: additive attention bias [B, 1, S, T] and RoPE rows ----
+  const s1 = gb.op1('Shape', [inputIds], { start: 1, end: 2 });
+  const t1 = gb.op1('Shape', [attnMask], { start: 1, end: 2 });
+  const p1 = gb.op1('Sub', [t1, s1]);
+  const axis0 = gb.i64([0]);
+  const tSc = gb.op1('Squeeze', [t1, axis0]);
+  const pSc = gb.op1('Squeeze', [p1, axis0]);
+  const zero = gb.i64(0);
+  const one = gb.i64(1);
+  const keyIdx = gb.op1('Range', [zero, tSc, one]); // [T]
+  const qIdx = gb.op1('Range', [pSc, tSc, one]); // [S], cache index of each query
+  const qIdxCol = gb.op1('Unsqueeze', [qIdx, gb.i64([1])]); // [S, 1]
+  const causal = gb.op1('LessOrEqual', [keyIdx, qIdxCol]); // [S, T]
+  const maskBool = gb.op1('Cast', [attnMask], { to: 9 /* BOOL */ });
+  const mask4 = gb.op1('Unsqueeze', [maskBool, gb.i64([1, 2])]); // [B, 1, 1, T]
+  const visible = gb.op1('And', [causal, mask4]); // [B, 1, S, T]
+  const bias = gb.op1('Where', [visible, gb.f32(0), gb.f32(MASK_VALUE)], {}, 'attention_bias');
+  const ropeRows =
+    ropeMode === 'folded' ? gb.op1('Gather', ['rope_cos_sin', positionIds], { axis: 0 }, 'rope_rows') : ''; // [B, S, 2, slots, 1, hd]
+  const cosRows = ropeMode === 'matmul' ? gb.op1('Gather', ['rope_cos', positionIds], { axis: 0 }, 'rope_cos_rows') : ''; // [B, S, slots, 1, hd]
+  const sinRows = ropeMode === 'matmul' ? gb.op1('Gather', ['rope_sin', positionIds], { axis: 0 }, 'rope_sin_rows') : '';
+
+  let x = gb.op1('Gather', ['embed_tokens', inputIds], { axis: 0 }, 'embeddings');
+
+  const pow2 = gb.f32(2);
+  const eps = gb.f32(c.normEps);
+  const rmsNorm = (inp: string, weight: string, tag: string): string => {
+    const sq = gb.op1('Pow', [inp, pow2]);
+    const ms = gb.op1('ReduceMean', [sq], { axes: [-1], keepdims: 1 });
+    const ad = gb.op1('Add', [ms, eps]);
+    const rt = gb.op1('Sqrt', [ad]);
+    const dv = gb.op1('Div', [inp, rt]);
+    return gb.op1('Mul', [dv, weight], {}, `${tag}_out`);
+  };
+
+  const shapeHeads = ropeMode === 'folded' ? gb.i64([0, 0, 2, slots, KV, hd]) : gb.i64([0, 0, slots, KV, hd]);
+  const shapeBSD = gb.i64([0, 0, -1]);
+  const qStart = gb.i64([0]);
+  const qEnd = gb.i64([g]);
+  const kIndex = gb.i64(g);
+  const vIndex = gb.i64(g + 1);
+
+  for (let l = 0; l < L; l++) {
+    // fused projection weight [D, halves*C], columns (half, slot, kv, d)
+    const W = halves * C;
+    const wqkv = new Float32Array(D * W);
+    const wqL = w.wq.subarray(l * D * D, (l + 1) * D * D);
+    const wkL = w.wk.subarray(l * kd * D, (l + 1) * kd * D);
+    const wvL = w.wv.subarray(l * kd * D, (l + 1) * kd * D);
+    for (let half = 0; half < halves; half++) {
+      for (let s = 0; s < slots; s++) {
+        for (let k = 0; k < KV; k++) {
+          for (let d = 0; d < hd; d++) {
+            const col = ((half * slots + s) * KV + k) * hd + d;
+            let src: Float32Array | null;
+            let row: number;
+            let mul: number;
+            if (s < g) {
+              src = wqL;
+              row = (k * g + s) * hd;
+              mul = scale;
+            } else if (s === g) {
+              src = wkL;
+              row = k * hd;
+              mul = 1;
+            } else {
+              src = half === 0 ? wvL : null;
+              row = k * hd;
+              mul = 1;
+            }
+            if (!src) continue;
+            if (half === 0) row += d;
+            else if (d % 2 === 0) {
+              row += d + 1;
+              mul = -mul;
+            } else row += d - 1;
+            for (let i = 0; i < D; i++) wqkv[i * W + col] = src[row * D + i]! * mul;
+          }
+        }
+      }
+    }
+    gb.init(`layers.${l}.attn.qkv.weight`, [D, W], wqkv);
+    gb.init(`layers.${l}.attn_norm.weight`, [D], w.rmsAtt.slice(l * D, (l + 1) * D));
+    // o projection: rows ordered (slot, kv, d) to match the attention output layout
+    const woT = new Float32Array(D * D);
+    const woL = w.wo.subarray(l * D * D, (l + 1) * D * D);
+    for (let s = 0; s < g; s++) {
+      for (let k = 0; k < KV; k++) {
+        for (let d = 0; d < hd; d++) {
+          const r = (s * KV + k) * hd + d;
+          const srcCol = (k * g + s) * hd + d;
+          for (let o = 0; o < D; o++) woT[r * D + o] = woL[o * D + srcCol]!;
+        }
+      }
+    }
+    gb.init(`layers.${l}.attn.o.weight`, [D, D], woT);
+    gb.init(`layers.${l}.ffn_norm.weight`, [D], w.rmsFfn.slice(l * D, (l + 1) * D));
+    gb.init(`layers.${l}.ffn.w1.weight`, [D, hidden], transpose(w.w1.subarray(l * hidden * D, (l + 1) * hidden * D), hidden, D));
+    gb.init(`layers.${l}.ffn.w3.weight`, [D, hidden], transpose(w.w3.subarray(l * hidden * D, (l + 1) * hidden * D), hidden, D));
+    gb.init(`layers.${l}.ffn.w2.weight`, [hidden, D], transpose(w.w2.subarray(l * D * hidden, (l + 1) * D * hidden), D, hidden));
+
+    // ---- attention ----
+    const xn = rmsNorm(x, `layers.${l}.attn_norm.weight`, `layers.${l}.attn_norm`);
+    const proj = gb.op1('MatMul', [xn, `layers.${l}.attn.qkv.weight`]); // [B, S, halves*C]
+    const projHeads = gb.op1('Reshape', [proj, shapeHeads]);
+    let rotated: string; // [B, S, slots, KV, hd]
+    if (ropeMode === 'folded') {
+      // [B, S, 2, slots, KV, hd] * [B, S, 2, slots, 1, hd], summed over the (cos, sin) axis
+      rotated = gb.op1('ReduceSum', [gb.op1('Mul', [projHeads, ropeRows]), gb.i64([2])], { keepdims: 0 });
+    } else {
+      const swapped = gb.op1('MatMul', [projHeads, 'rope_rotate']);
+      rotated = gb.op1('Add', [gb.op1('Mul', [projHeads, cosRows]), gb.op1('Mul', [swapped, sinRows])]);
+    }
+    const heads = gb.op1('Transpose', [rotated], { perm: [2, 0, 3, 1, 4] }); // [slots, B, KV, S, hd]
+    const q = gb.op1('Slice', [heads, qStart, qEnd, axis0]); // [g, B, KV, S, hd]
+    const k = gb.op1('Gather', [heads, kIndex], { axis: 0 }); // [B, KV, S, hd]
+    const v = gb.op1('Gather', [heads, vIndex], { axis: 0 });
+    const presentK = gb.op1('Concat', [pastK[l]!, k], { axis: 2 }, `present.${l}.key`);
+    const presentV = gb.op1('Concat', [pastV[l]!, v], { axis: 2 }, `present.${l}.value`);
+    const kT = gb.op1('Transpose', [presentK], { perm: [0, 1, 3, 2] }); // [B, KV, hd, T]
+    const scores = gb.op1('MatMul', [q, kT]); // [g, B, KV, S, T]
+    const masked = gb.op1('Add', [scores, bias]);
+    const probs = gb.op1('Softmax', [masked], { axis: -1 });
+    const ctx = gb.op1('MatMul', [probs, presentV]); // [g, B, KV, S, hd]
+    const ctxT = gb.op1('Transpose', [ctx], { perm: [1, 3, 0, 2, 4] }); // [B, S, g, KV, hd]
+    const ctxFlat = gb.op1('Reshape', [ctxT, shapeBSD]); // [B, S, D]
+    const attnOut = gb.op1('MatMul', [ctxFlat, `layers.${l}.attn.o.weight`]);
+    x = gb.op1('Add', [x, attnOut], {}, `layers.${l}.attn_residual`);
+
+    // ---- SwiGLU feed-forward ----
+    const xf = rmsNorm(x, `layers.${l}.ffn_norm.weight`, `layers.${l}.ffn_norm`);
+    const a = gb.op1('MatMul', [xf, `layers.${l}.ffn.w1.weight`]);
+    const b = gb.op1('MatMul', [xf, `layers.${l}.ffn.w3.weight`]);
+    const silu = gb.op1('Mul', [a, gb.op1('Sigmoid', [a])]);
+    const gated = gb.op1('Mul', [silu, b]);
+    const down = gb.op1('MatMul', [gated, `layers.${l}.ffn.w2.weight`]);
+    x = gb.op1('Add', [x, down], {}, `layers.${l}.ffn_residual`);
+  }
+
+  gb.init('norm.weight', [D], w.rmsFinal.slice());
+  gb.init('lm_head.weight', [D, V], transpose(w.wcls, V, D));
+  const xf = rmsNorm(x, 'norm.weight', 'final_norm');
+  gb.op1('MatMul', [xf, 'lm_head.weight'], {}, 'logits');
+
+  return gb.encode({
+    graphName: 'cloudgate_llama',
+    opset: OPSET,
+    producer: 'cloudgate-convert',
+    docString: 'llama2.c architecture; RoPE interleaved pairs folded into the fused qkv projection',
+    metadata: {
+      model_type: 'llama',
+      num_hidden_layers: String(L),
+      num_attention_heads: String(H),
+      num_key_value_heads: String(KV),
+      head_dim: String(hd),
+      hidden_size: String(D),
+      cloudgate_rope: `interleaved-${ropeMode}`,
+      vocab_size: String(V),
+      max_position_embeddings: String(maxPos),
+      ...opts.metadata,
+    },
+    externalDataFile: opts.externalDataFile,
+  });
+}
+
+/** [rows, cols] row-major -> [cols, rows] */
+export function transpose(m: Float32Array, rows: number, cols: number): Float32Array {
+  if (m.length !== rows * cols) throw new Error(`transpose: ${m.length} != ${rows}x${cols}`);
+  const out = new Float32Array(rows * cols);
+  for (let r = 0; r < rows; r++) {
+    const base = r * cols;
+    for (let c2 = 0; c2 < cols; c2++) out[c2 * rows + r] = m[base + c2]!;
+  }
+  return out;
+}
