@@ -17,7 +17,7 @@ function pricedModels(): string {
   const src = path.join(repoRoot, 'models');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-priced-'));
   for (const [name, prices] of [
-    ['random-llama-chat', { inputPerMTok: IN_PRICE, outputPerMTok: OUT_PRICE }],
+    ['random-llama', { inputPerMTok: IN_PRICE, outputPerMTok: OUT_PRICE }],
     ['random-llama-eval', { inputPerMTok: EVAL_IN_PRICE, outputPerMTok: 0 }],
   ] as const) {
     const to = path.join(dir, name);
