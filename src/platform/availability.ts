@@ -173,12 +173,11 @@ export async function listDiskOffers(sql: Sql, f: DiskFilters, page: number, pag
   return { items: rows.map(diskOfferRecord), totalCount };
 }
 
-/** The offers a create-pod body can mean: one cloudId in one or several data centers. */
-export async function findGpuOffers(sql: Sql, cloudId: string, gpuCount: number, dataCenterId: string | null | undefined): Promise<GpuOfferRow[]> {
+/** The offers a create-pod body can mean: one cloudId, in one or several data centers and GPU counts. */
+export async function findGpuOffers(sql: Sql, cloudId: string): Promise<GpuOfferRow[]> {
   return sql<GpuOfferRow[]>`
     SELECT o.*, dc.region, dc.country, p.max_disks_per_pod, p.driver
     FROM gpu_offers o JOIN data_centers dc ON dc.id = o.data_center_id JOIN providers p ON p.id = o.provider_id
     WHERE o.cloud_id = ${cloudId} AND o.active
-      ${dataCenterId ? sql`AND o.data_center_id = ${dataCenterId}` : sql``}
-    ORDER BY o.gpu_count = ${gpuCount} DESC, o.id`;
+    ORDER BY o.id`;
 }

@@ -175,9 +175,12 @@ interface ValidDisk {
   isShared: boolean;
 }
 
-function pickOffer(offers: GpuOfferRow[], pod: CreatePodBody['pod']): GpuOfferRow {
+function pickOffer(all: GpuOfferRow[], pod: CreatePodBody['pod']): GpuOfferRow {
+  if (!all.length) throw invalid('pod.cloudId', 'matches no offer; copy it from an availability offer', pod.cloudId);
+  const offers = pod.dataCenterId ? all.filter((o) => o.data_center_id === pod.dataCenterId) : all;
   if (!offers.length) {
-    throw invalid(pod.dataCenterId ? 'pod.dataCenterId' : 'pod.cloudId', pod.dataCenterId ? `has no offer with cloudId ${JSON.stringify(pod.cloudId)}` : 'matches no offer', pod.dataCenterId ?? pod.cloudId);
+    const dcs = [...new Set(all.map((o) => o.data_center_id))];
+    throw invalid('pod.dataCenterId', `must be a data center offering cloudId ${JSON.stringify(pod.cloudId)} (${dcs.join(', ')})`, pod.dataCenterId);
   }
   const sameCount = offers.filter((o) => o.gpu_count === pod.gpuCount);
   if (!sameCount.length) {
@@ -253,7 +256,7 @@ async function lockDisks(tx: Tx, userId: string, ids: string[], o: GpuOfferRow):
 
 export async function createPod(sql: Sql, userId: string, b: CreatePodBody) {
   const pod = b.pod;
-  const offer = pickOffer(await findGpuOffers(sql, pod.cloudId, pod.gpuCount, pod.dataCenterId), pod);
+  const offer = pickOffer(await findGpuOffers(sql, pod.cloudId), pod);
   const image = checkAgainstOffer(offer, b);
   const specs = { disk: normaliseSpec(offer.disk_spec), vcpu: normaliseSpec(offer.vcpu_spec), memory: normaliseSpec(offer.memory_spec) };
   const counts = {
