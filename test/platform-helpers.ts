@@ -93,7 +93,9 @@ export interface Place {
  * GPUs, offers for 1 and 2 GPUs (prices chosen so every rule of SPEC 2.11 shows)
  * and a disk offer. `extra` overrides fields of the 1-GPU offer.
  */
-export async function place(opts: { nodes?: number; gpusPerNode?: number; maxDisks?: number; extra?: Record<string, unknown>; multinode?: boolean; region?: string } = {}): Promise<Place> {
+export async function place(
+  opts: { nodes?: number; gpusPerNode?: number; maxDisks?: number; extra?: Record<string, unknown>; multinode?: boolean; region?: string; diskCapacityGb?: number } = {},
+): Promise<Place> {
   const u = uniq();
   const provider = `prov-${u}`;
   const dc = `DC-${u}`;
@@ -127,7 +129,7 @@ export async function place(opts: { nodes?: number; gpusPerNode?: number; maxDis
     contracts: [{ id: contract, providerId: provider, name: `Contract ${u}` }],
     nodes: nodeIds.map((id) => ({ id, dataCenterId: dc, contractId: contract, gpuType, gpuCount: gpus, gpuMemory: 80, socket: 'SXM', vcpus: 64 * gpus, memory: 512 * gpus, disk: 4000 * gpus })),
     gpuOffers: gpus >= 2 ? [offer(1), offer(2)] : [offer(1)],
-    diskOffers: [{ id: `${provider}:disk`, dataCenterId: dc, cloudId: null, spec: spec(10, 500, 100, 0.0002, 10, false), security: 'secure_cloud', isMultinode: opts.multinode ?? false, capacityGb: 100_000 }],
+    diskOffers: [{ id: `${provider}:disk`, dataCenterId: dc, cloudId: null, spec: spec(10, 500, 100, 0.0002, 10, false), security: 'secure_cloud', isMultinode: opts.multinode ?? false, capacityGb: opts.diskCapacityGb ?? 100_000 }],
   });
   if (r.status !== 200) throw new Error(`import: ${r.status} ${JSON.stringify(r.body)}`);
   return {
