@@ -129,7 +129,7 @@ export async function pushSamples(sql: Sql, userId: string, id: string, count: n
         await tx`
           INSERT INTO evaluation_samples (evaluation_id, seq, data)
           SELECT ${id}, ${e.total_samples} + t.ord - 1, t.elem
-          FROM jsonb_array_elements(${rawBody}::jsonb -> 'samples') WITH ORDINALITY AS t(elem, ord)`;
+          FROM jsonb_array_elements(${rawBody}::text::jsonb -> 'samples') WITH ORDINALITY AS t(elem, ord)`;
         await tx`UPDATE evaluations SET total_samples = total_samples + ${count}, updated_at = now() WHERE id = ${id}`;
       }
       return { evaluation_id: id, samples_pushed: count, status: e.status };
