@@ -10,15 +10,16 @@ import { admin, call, daemon } from './helpers.js';
 let seq = 0;
 export const uniq = () => `${Date.now().toString(36)}${(seq++).toString(36)}${Math.random().toString(36).slice(2, 6)}`;
 
+/** A connection to the embedded database of the daemon using `dataDir` (its port is in postmaster.pid). */
+export function connectTo(dataDir: string): postgres.Sql {
+  const pid = fs.readFileSync(path.join(dataDir, 'pg', 'postmaster.pid'), 'utf8').split('\n');
+  return postgres(`postgres://cloudgate:cloudgate-local@127.0.0.1:${Number(pid[3])}/cloudgate`, { max: 2, onnotice: () => {} });
+}
+
 let db: postgres.Sql | undefined;
-/** The shared daemon's embedded database (its port is in postmaster.pid), for funding wallets. */
+/** The shared daemon's database, for funding wallets. */
 function database(): postgres.Sql {
-  if (!db) {
-    const pid = fs.readFileSync(path.join(daemon().dataDir, 'pg', 'postmaster.pid'), 'utf8').split('\n');
-    const port = Number(pid[3]);
-    db = postgres(`postgres://cloudgate:cloudgate-local@127.0.0.1:${port}/cloudgate`, { max: 2, onnotice: () => {} });
-  }
-  return db;
+  return (db ??= connectTo(daemon().dataDir));
 }
 
 /**
@@ -26,9 +27,9 @@ function database(): postgres.Sql {
  * transaction, as the admin top-up does), so pod and disk tests do not depend
  * on the money routes.
  */
-export async function fund(walletId: string, usd = 1000): Promise<void> {
+export async function fund(walletId: string, usd = 1000, sql: postgres.Sql = database()): Promise<void> {
   const units = Math.round(usd * 10_000);
-  await database().begin(async (tx) => {
+  await sql.begin(async (tx) => {
     const [w] = await tx<{ balance: string }[]>`UPDATE wallets SET balance = balance + ${units} WHERE id = ${walletId} RETURNING balance`;
     await tx`INSERT INTO wallet_transactions (id, wallet_id, amount, balance_after, type, description)
              VALUES (gen_random_uuid()::text, ${walletId}, ${units}, ${w!.balance}, 'TOPUP', 'test funding')`;
