@@ -1,0 +1,37 @@
+import type { Module } from '../app.js';
+import { log } from '../log.js';
+import { createEngine } from './engine-adapter.js';
+import { Charger } from './policy/charger.js';
+import { RateLimiter } from './policy/limiter.js';
+import { GatewayPolicies } from './policy/policies.js';
+import { inferenceRoutes } from './routes.js';
+
+/** The inference face: models from MODELS_DIR on the engine, behind the gateway policies. */
+export const inferenceModule: Module = {
+  name: 'inference',
+  async init(s) {
+    const c = s.config;
+    const engine = await createEngine(c);
+    log.info({ models: engine.list().map((m) => `${m.id} (${m.kind})`), provider: c.EXECUTION_PROVIDER }, 'models loaded');
+    let policies: GatewayPolicies | undefined;
+    const charger = new Charger(s.sql, c.CHARGE_FLUSH_INTERVAL_MS, (walletId, units) => policies?.posted(walletId, units));
+    policies = new GatewayPolicies(s.sql, new RateLimiter(), charger, { requestsPerMinute: c.RATE_LIMIT_RPM, tokensPerMinute: c.RATE_LIMIT_TPM });
+    charger.start();
+    s.ready.push({
+      name: 'models',
+      check: async () => {
+        if (engine.list().length === 0) throw new Error(`no models in ${c.modelsDir}`);
+      },
+    });
+    // Reverse order at shutdown: the engine stops first, then the last charges are posted.
+    s.onShutdown(() => charger.stop());
+    s.onShutdown(() => engine.close());
+    return {
+      inference: inferenceRoutes(engine, policies, {
+        chatBodyBytesMax: c.CHAT_BODY_BYTES_MAX,
+        evalBodyBytesMax: c.EVAL_BODY_BYTES_MAX,
+        streamTimeoutMs: c.STREAM_TIMEOUT_MS,
+      }),
+    };
+  },
+};

@@ -1,0 +1,119 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { z } from 'zod';
+import { log } from '../../log.js';
+import type { ChatMessage, GenerateEvent, GenerateRequest, ServedModel } from '../engine-api.js';
+import type { InferenceEngine } from '../routes.js';
+import { defaultEngineOptions, type EngineOptions } from './options.js';
+import { Runner } from './runner.js';
+import { Scheduler } from './scheduler.js';
+import { ModelText } from './text.js';
+
+// The model registry and the engine facade: every folder of MODELS_DIR with a
+// cloudgate.json is a model, loaded into its own worker with its own scheduler.
+
+const ModelConfig = z.object({
+  id: z.string().min(1),
+  kind: z.enum(['chat', 'evaluation']),
+  contextLength: z.number().int().positive(),
+  maxTokensDefault: z.number().int().positive().optional(),
+  maxTokensCap: z.number().int().positive().optional(),
+  prices: z.object({ inputPerMTok: z.number().min(0), outputPerMTok: z.number().min(0) }),
+  ownedBy: z.string().default('cloudgate'),
+  created: z.number().int().default(0),
+});
+
+interface Loaded {
+  info: ServedModel;
+  text: ModelText;
+  runner: Runner;
+  scheduler: Scheduler;
+}
+
+export interface EngineConfig {
+  modelsDir: string;
+  executionProvider: 'cpu' | 'webgpu' | 'cuda';
+  strict: boolean;
+  intraOpThreads: number;
+  options?: Partial<EngineOptions>;
+}
+
+export class Engine implements InferenceEngine {
+  private constructor(private readonly models: Map<string, Loaded>) {}
+
+  static async load(cfg: EngineConfig): Promise<Engine> {
+    const models = new Map<string, Loaded>();
+    const opts = { ...defaultEngineOptions, ...cfg.options };
+    const dirs = fs.existsSync(cfg.modelsDir) ? fs.readdirSync(cfg.modelsDir).sort() : [];
+    for (const name of dirs) {
+      const dir = path.join(cfg.modelsDir, name);
+      const cfgFile = path.join(dir, 'cloudgate.json');
+      if (!fs.existsSync(cfgFile)) continue;
+      try {
+        const c = ModelConfig.parse(JSON.parse(fs.readFileSync(cfgFile, 'utf8')));
+        if (models.has(c.id)) throw new Error(`duplicate model id ${c.id}`);
+        const text = new ModelText(dir);
+        const runner = await Runner.start({
+          modelPath: path.join(dir, 'model.onnx'),
+          executionProvider: cfg.executionProvider,
+          strict: cfg.strict,
+          intraOpThreads: cfg.intraOpThreads,
+        });
+        const info: ServedModel = {
+          id: c.id,
+          kind: c.kind,
+          contextLength: c.contextLength,
+          maxTokensCap: c.maxTokensCap ?? c.contextLength,
+          maxTokensDefault: Math.min(c.maxTokensDefault ?? 256, c.maxTokensCap ?? c.contextLength),
+          prices: c.prices,
+          ownedBy: c.ownedBy,
+          created: c.created,
+        };
+        models.set(c.id, { info, text, runner, scheduler: new Scheduler(c.id, runner, text, opts, c.contextLength) });
+        log.info({ model: c.id, kind: c.kind, provider: runner.arch.provider, arch: runner.arch }, 'model loaded');
+      } catch (e) {
+        // One broken folder must not keep the others from serving.
+        log.error({ dir, err: e }, 'model folder skipped');
+      }
+    }
+    return new Engine(models);
+  }
+
+  private get(id: string): Loaded {
+    const m = this.models.get(id);
+    if (!m) throw new Error(`model ${id} is not loaded`);
+    return m;
+  }
+
+  list(): ServedModel[] {
+    return [...this.models.values()].map((m) => m.info);
+  }
+
+  model(id: string): ServedModel | undefined {
+    return this.models.get(id)?.info;
+  }
+
+  encodeChat(modelId: string, messages: ChatMessage[]): number[] {
+    return this.get(modelId).text.encodeChat(messages);
+  }
+
+  encode(modelId: string, text: string): number[] {
+    return this.get(modelId).text.encode(text);
+  }
+
+  bosTokens(modelId: string): number[] {
+    return this.get(modelId).text.bosTokens();
+  }
+
+  generate(modelId: string, req: GenerateRequest): AsyncGenerator<GenerateEvent> {
+    return this.get(modelId).scheduler.generate(req);
+  }
+
+  scoreBranches(modelId: string, req: { prefixTokens: number[]; branches: number[][]; signal?: AbortSignal }) {
+    return this.get(modelId).scheduler.scoreBranches(req.prefixTokens, req.branches, req.signal);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.models.values()].map((m) => m.runner.close()));
+  }
+}

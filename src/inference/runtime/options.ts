@@ -1,0 +1,19 @@
+// Limits of one model's scheduler. Each is a trade named with its unit.
+
+export interface EngineOptions {
+  /** Sequences decoding together. 64 keeps a 2-core CPU busy without starving prefill; GPUs want more. */
+  batchSizeMax: number;
+  /** Requests waiting for a slot before new ones get 429; about 4 batches, a few seconds of work. */
+  queueDepthMax: number;
+  /** Token positions (rows x padded length) in one prefill step, so a long prompt never stalls running streams for more than a step. */
+  prefillTokensPerStepMax: number;
+  /** Generated tokens a stream may hold unread before its sequence pauses (a reader that stopped reading costs no memory growth). */
+  pendingTokensMax: number;
+}
+
+export const defaultEngineOptions: EngineOptions = {
+  batchSizeMax: 64,
+  queueDepthMax: 256,
+  prefillTokensPerStepMax: 512,
+  pendingTokensMax: 256,
+};

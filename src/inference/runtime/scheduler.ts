@@ -1,0 +1,346 @@
+import { ApiError } from '../../errors.js';
+import { log } from '../../log.js';
+import type { GenerateEvent, GenerateRequest } from '../engine-api.js';
+import { engineMetrics as M } from './metrics.js';
+import type { EngineOptions } from './options.js';
+import type { Runner } from './runner.js';
+import { logSoftmax, mulberry32, sample } from './sampler.js';
+import { Detokenizer, StopMatcher, type ModelText } from './text.js';
+
+// One owner of a model's batch slots. Sequences join between steps and leave
+// when done; each step is either a decode step (every decoding sequence, one
+// token each) or a bounded prefill step (prompt chunks), alternating when both
+// have work, so a long prompt delays running streams by one step at most.
+
+interface Gen {
+  req: GenerateRequest;
+  rand: () => number;
+  detok: Detokenizer;
+  stop: StopMatcher;
+  produced: number;
+  queue: GenerateEvent[];
+  wake: (() => void) | undefined;
+  finished: boolean;
+  enqueuedAt: number;
+  lastTokenAt: number;
+}
+
+interface Branch {
+  job: ScoreJob;
+  index: number;
+}
+
+interface ScoreJob {
+  branches: number[][];
+  logprobs: Float32Array[];
+  left: number;
+  processed: number;
+  resolve: (r: { logprobs: Float32Array[]; processedTokens: number }) => void;
+  reject: (e: unknown) => void;
+  cancelled: boolean;
+}
+
+interface Seq {
+  id: number;
+  /** Tokens not yet run through the model. */
+  pending: number[];
+  promptLen: number;
+  gen?: Gen;
+  branch?: Branch;
+  /** A score job's shared prefix: forked into its branches once prefilled. */
+  prefixOf?: ScoreJob;
+  cancelled: boolean;
+}
+
+export class Scheduler {
+  private nextSeq = 1;
+  private readonly waiting: Seq[] = [];
+  private readonly active = new Set<Seq>();
+  private running = false;
+  private lastWasDecode = false;
+  private readonly vocab: number;
+
+  constructor(
+    readonly modelId: string,
+    private readonly runner: Runner,
+    private readonly text: ModelText,
+    private readonly opts: EngineOptions,
+    private readonly contextLength: number,
+  ) {
+    this.vocab = runner.arch.vocab;
+  }
+
+  private slotsUsed(): number {
+    let n = 0;
+    for (const s of this.active) if (s.gen || s.prefixOf) n++;
+    return n;
+  }
+
+  private admit(seq: Seq): void {
+    if (this.waiting.length >= this.opts.queueDepthMax) {
+      throw new ApiError('overloaded', `model ${this.modelId} has ${this.waiting.length} requests waiting, its limit; retry shortly`, { retryAfterMs: 1000 });
+    }
+    this.waiting.push(seq);
+    M.waiting.set({ model: this.modelId }, this.waiting.length);
+    this.kick();
+  }
+
+  /**
+   * Admits a generation now (so a full queue is a 429 before any response
+   * starts) and returns its event stream. The sequence is cancelled when the
+   * stream is closed early, even before its first read, or the signal aborts.
+   */
+  generate(req: GenerateRequest): AsyncGenerator<GenerateEvent> {
+    if (req.promptTokens.length === 0) throw new ApiError('invalid', 'messages: the prompt encodes to no tokens', { param: 'messages' });
+    if (req.promptTokens.length + req.maxTokens > this.contextLength) {
+      throw new ApiError('invalid', `prompt of ${req.promptTokens.length} tokens plus max_tokens ${req.maxTokens} exceeds the context length of ${this.contextLength}`, {
+        param: 'messages',
+        code: 'context_length_exceeded',
+      });
+    }
+    const now = performance.now();
+    const gen: Gen = {
+      req,
+      rand: mulberry32(req.seed ?? (Math.random() * 2 ** 32) >>> 0),
+      // The last prompt tokens give the first generated token its context (a leading space, say).
+      detok: new Detokenizer(this.text, req.promptTokens.slice(-4)),
+      stop: new StopMatcher(req.stop),
+      produced: 0,
+      queue: [],
+      wake: undefined,
+      finished: false,
+      enqueuedAt: now,
+      lastTokenAt: now,
+    };
+    const seq: Seq = { id: this.nextSeq++, pending: [...req.promptTokens], promptLen: req.promptTokens.length, gen, cancelled: false };
+    const onAbort = () => this.cancel(seq);
+    req.signal?.addEventListener('abort', onAbort);
+    try {
+      this.admit(seq);
+    } catch (e) {
+      req.signal?.removeEventListener('abort', onAbort);
+      throw e;
+    }
+    const it = this.events(seq, gen, onAbort);
+    const close = it.return.bind(it);
+    it.return = (v) => {
+      if (!gen.finished) this.cancel(seq);
+      req.signal?.removeEventListener('abort', onAbort);
+      return close(v);
+    };
+    return it;
+  }
+
+  private async *events(seq: Seq, gen: Gen, onAbort: () => void): AsyncGenerator<GenerateEvent> {
+    const req = gen.req;
+    try {
+      while (true) {
+        if (gen.queue.length) {
+          const wasPaused = this.paused(seq);
+          const ev = gen.queue.shift()!;
+          if (wasPaused) this.kick(); // the reader caught up: the sequence may decode again
+          yield ev;
+          if (ev.type === 'done') return;
+          continue;
+        }
+        await new Promise<void>((r) => (gen.wake = r));
+        gen.wake = undefined;
+      }
+    } finally {
+      req.signal?.removeEventListener('abort', onAbort);
+      if (!gen.finished) this.cancel(seq);
+    }
+  }
+
+  /** Log-softmax at the last position of each branch; the prefix is prefilled once and forked. */
+  scoreBranches(prefixTokens: number[], branches: number[][], signal?: AbortSignal): Promise<{ logprobs: Float32Array[]; processedTokens: number }> {
+    return new Promise((resolve, reject) => {
+      if (prefixTokens.length === 0 || branches.some((b) => b.length === 0)) {
+        reject(new ApiError('invalid', 'evaluation prefix and branches must not be empty'));
+        return;
+      }
+      const prefix: Seq = { id: this.nextSeq++, pending: [...prefixTokens], promptLen: prefixTokens.length, cancelled: false };
+      const job: ScoreJob = {
+        branches,
+        logprobs: new Array(branches.length),
+        left: branches.length,
+        processed: prefixTokens.length,
+        resolve,
+        reject,
+        cancelled: false,
+      };
+      prefix.prefixOf = job;
+      signal?.addEventListener(
+        'abort',
+        () => {
+          job.cancelled = true;
+          job.reject(new ApiError('unavailable', 'evaluation cancelled'));
+          this.cancel(prefix);
+        },
+        { once: true },
+      );
+      try {
+        this.admit(prefix);
+      } catch (e) {
+        reject(e);
+      }
+    });
+  }
+
+  private paused(seq: Seq): boolean {
+    return !!seq.gen && seq.gen.queue.length >= this.opts.pendingTokensMax;
+  }
+
+  private cancel(seq: Seq): void {
+    if (seq.cancelled) return;
+    seq.cancelled = true;
+    const w = this.waiting.indexOf(seq);
+    if (w >= 0) {
+      this.waiting.splice(w, 1);
+      M.waiting.set({ model: this.modelId }, this.waiting.length);
+    }
+    this.kick();
+  }
+
+  private kick(): void {
+    if (this.running) return;
+    this.running = true;
+    setImmediate(() => void this.loop());
+  }
+
+  private async loop(): Promise<void> {
+    try {
+      while (true) {
+        this.reap();
+        while (this.waiting.length && this.slotsUsed() < this.opts.batchSizeMax) this.active.add(this.waiting.shift()!);
+        M.waiting.set({ model: this.modelId }, this.waiting.length);
+        M.running.set({ model: this.modelId }, this.slotsUsed());
+        const decoding = [...this.active].filter((s) => s.gen && s.pending.length === 1 && s.gen.produced > 0 && !this.paused(s));
+        const prefilling = [...this.active].filter((s) => s.pending.length > 0 && !(s.gen && s.gen.produced > 0));
+        if (!decoding.length && !prefilling.length) break;
+        const decode = decoding.length > 0 && (!prefilling.length || !this.lastWasDecode);
+        this.lastWasDecode = decode;
+        await (decode ? this.decodeStep(decoding) : this.prefillStep(prefilling));
+      }
+    } catch (e) {
+      log.error({ err: e, model: this.modelId }, 'scheduler step failed');
+      for (const s of this.active) this.fail(s, e);
+    } finally {
+      this.running = false;
+      this.reap();
+      M.running.set({ model: this.modelId }, this.slotsUsed());
+      M.kvBytes.set({ model: this.modelId }, this.runner.kvBytes);
+      if ([...this.active].some((s) => s.pending.length > 0 && !this.paused(s)) || (this.waiting.length && this.slotsUsed() < this.opts.batchSizeMax)) this.kick();
+    }
+  }
+
+  /** Drops cancelled and finished sequences and frees their KV in the worker. */
+  private reap(): void {
+    const gone: number[] = [];
+    for (const s of this.active) {
+      const done = s.branch === undefined && s.gen === undefined && s.prefixOf === undefined;
+      if (s.cancelled || (s.gen?.finished ?? false) || (s.branch?.job.cancelled ?? false) || done) {
+        this.active.delete(s);
+        gone.push(s.id);
+      }
+    }
+    this.runner.free(gone);
+  }
+
+  private fail(s: Seq, e: unknown): void {
+    const err = e instanceof ApiError ? e : new ApiError('internal', 'model step failed');
+    if (s.gen && !s.gen.finished) {
+      s.gen.finished = true;
+      s.gen.queue.push({ type: 'done', finishReason: 'cancelled', promptTokens: s.promptLen, completionTokens: s.gen.produced });
+      s.gen.wake?.();
+    }
+    (s.prefixOf ?? s.branch?.job)?.reject(err);
+    s.cancelled = true;
+  }
+
+  private async prefillStep(cands: Seq[]): Promise<void> {
+    // Shortest remaining first packs more rows under the budget and finishes prompts sooner.
+    cands.sort((a, b) => a.pending.length - b.pending.length);
+    const rows: Array<{ seq: Seq; n: number }> = [];
+    let width = 0;
+    for (const s of cands) {
+      const n = Math.min(s.pending.length, this.opts.prefillTokensPerStepMax);
+      const w = Math.max(width, n);
+      if (rows.length && (rows.length + 1) * w > this.opts.prefillTokensPerStepMax) break;
+      rows.push({ seq: s, n });
+      width = w;
+    }
+    M.batchSize.observe({ model: this.modelId, phase: 'prefill' }, rows.length);
+    const logits = await this.runner.step(rows.map((r) => ({ seq: r.seq.id, tokens: r.seq.pending.slice(0, r.n) })));
+    for (let b = 0; b < rows.length; b++) {
+      const { seq, n } = rows[b]!;
+      seq.pending.splice(0, n);
+      if (seq.pending.length > 0 || seq.cancelled) continue;
+      if (seq.gen) {
+        M.promptTokens.inc({ model: this.modelId }, seq.promptLen);
+        this.emitToken(seq, logits, b);
+      } else if (seq.branch) {
+        const { job, index } = seq.branch;
+        job.logprobs[index] = logSoftmax(logits, b * this.vocab, this.vocab);
+        seq.branch = undefined; // done: reaped next
+        if (--job.left === 0) job.resolve({ logprobs: job.logprobs, processedTokens: job.processed });
+      } else if (seq.prefixOf) {
+        await this.forkBranches(seq);
+      }
+    }
+  }
+
+  private async forkBranches(prefix: Seq): Promise<void> {
+    const job = prefix.prefixOf!;
+    M.promptTokens.inc({ model: this.modelId }, prefix.promptLen);
+    const ids = job.branches.map(() => this.nextSeq++);
+    await this.runner.fork(prefix.id, ids);
+    job.branches.forEach((tokens, index) => {
+      job.processed += tokens.length;
+      this.active.add({ id: ids[index]!, pending: [...tokens], promptLen: tokens.length, branch: { job, index }, cancelled: false });
+    });
+    prefix.prefixOf = undefined; // its KV was copied: reaped next
+  }
+
+  private async decodeStep(rows: Seq[]): Promise<void> {
+    M.batchSize.observe({ model: this.modelId, phase: 'decode' }, rows.length);
+    const logits = await this.runner.step(rows.map((s) => ({ seq: s.id, tokens: s.pending })));
+    for (let b = 0; b < rows.length; b++) {
+      const s = rows[b]!;
+      s.pending = [];
+      if (!s.cancelled) this.emitToken(s, logits, b);
+    }
+  }
+
+  /** Samples the next token of a sequence and turns it into text, stop and finish events. */
+  private emitToken(s: Seq, logits: Float32Array, row: number): void {
+    const g = s.gen!;
+    const now = performance.now();
+    const tok = sample(logits, row * this.vocab, this.vocab, g.req.temperature, g.req.topP, g.rand);
+    if (g.produced === 0) M.ttft.observe({ model: this.modelId }, (now - g.enqueuedAt) / 1000);
+    else M.itl.observe({ model: this.modelId }, (now - g.lastTokenAt) / 1000);
+    g.lastTokenAt = now;
+    g.produced++;
+    M.generatedTokens.inc({ model: this.modelId });
+    let finish: 'stop' | 'length' | undefined;
+    if (this.text.eosIds.has(tok)) finish = 'stop';
+    else {
+      const { out, stopped } = g.stop.push(g.detok.push(tok));
+      if (out) g.queue.push({ type: 'delta', text: out, tokenIds: [tok] });
+      else if (!stopped) g.queue.push({ type: 'delta', text: '', tokenIds: [tok] });
+      if (stopped) finish = 'stop';
+      else if (g.produced >= g.req.maxTokens) finish = 'length';
+    }
+    if (finish) {
+      if (finish === 'length' || this.text.eosIds.has(tok)) {
+        const rest = g.stop.flush();
+        if (rest) g.queue.push({ type: 'delta', text: rest, tokenIds: [] });
+      }
+      g.finished = true;
+      g.queue.push({ type: 'done', finishReason: finish, promptTokens: s.promptLen, completionTokens: g.produced });
+    } else {
+      s.pending = [tok];
+    }
+    g.wake?.();
+  }
+}

@@ -1,0 +1,221 @@
+import { parentPort } from 'node:worker_threads';
+import ort from 'onnxruntime-node';
+import type { Arch, Reply, Request, StepRow } from './protocol.js';
+
+// One model's ONNX session, run on this thread (session.run blocks it), and
+// the KV cache of every live sequence: per sequence and layer, a key and a
+// value buffer of [kvHeads, capacity, headDim], grown by doubling.
+
+const port = parentPort!;
+let session: ort.InferenceSession;
+let arch: Arch;
+
+interface Kv {
+  len: number;
+  cap: number;
+  k: Array<Float32Array | Uint16Array>;
+  v: Array<Float32Array | Uint16Array>;
+}
+const caches = new Map<number, Kv>();
+let kvBytes = 0;
+
+const elemBytes = () => (arch.kvType === 'float16' ? 2 : 4);
+const alloc = (n: number) => (arch.kvType === 'float16' ? new Uint16Array(n) : new Float32Array(n));
+
+function newKv(cap: number): Kv {
+  const n = arch.kvHeads * cap * arch.headDim;
+  kvBytes += 2 * arch.layers * n * elemBytes();
+  return { len: 0, cap, k: Array.from({ length: arch.layers }, () => alloc(n)), v: Array.from({ length: arch.layers }, () => alloc(n)) };
+}
+
+function grow(kv: Kv, need: number): void {
+  if (need <= kv.cap) return;
+  let cap = kv.cap;
+  while (cap < need) cap *= 2;
+  const { kvHeads: H, headDim: D } = arch;
+  const re = (old: Float32Array | Uint16Array) => {
+    const n = alloc(H * cap * D);
+    for (let h = 0; h < H; h++) n.set(old.subarray(h * kv.cap * D, (h * kv.cap + kv.len) * D), h * cap * D);
+    return n;
+  };
+  kvBytes += 2 * arch.layers * H * (cap - kv.cap) * D * elemBytes();
+  kv.k = kv.k.map(re);
+  kv.v = kv.v.map(re);
+  kv.cap = cap;
+}
+
+function halfToFloat(h: number): number {
+  const s = h & 0x8000 ? -1 : 1;
+  const e = (h >> 10) & 0x1f;
+  const f = h & 0x3ff;
+  if (e === 0) return s * 2 ** -14 * (f / 1024);
+  if (e === 31) return f ? NaN : s * Infinity;
+  return s * 2 ** (e - 15) * (1 + f / 1024);
+}
+
+async function init(msg: Extract<Request, { type: 'init' }>): Promise<void> {
+  const base: ort.InferenceSession.SessionOptions = {
+    graphOptimizationLevel: 'all',
+    intraOpNumThreads: msg.intraOpThreads,
+    interOpNumThreads: 1,
+    executionMode: 'sequential',
+  };
+  let provider = msg.executionProvider;
+  try {
+    session = await ort.InferenceSession.create(msg.modelPath, { ...base, executionProviders: [provider] });
+  } catch (e) {
+    if (provider === 'cpu' || msg.strict) throw e;
+    // A GPU provider that cannot start falls back to CPU unless told to insist.
+    port.postMessage({ type: 'init-error', message: `fallback: ${provider} failed (${(e as Error).message}); using cpu` } satisfies Reply);
+    provider = 'cpu';
+    session = await ort.InferenceSession.create(msg.modelPath, { ...base, executionProviders: ['cpu'] });
+  }
+  const meta = session.inputMetadata;
+  const pastKeys = meta.filter((m) => /^past_key_values\.\d+\.key$/.test(m.name));
+  if (pastKeys.length === 0) throw new Error('model has no past_key_values.N.key inputs: not a decoder with a KV cache');
+  const k0 = pastKeys[0]! as ort.InferenceSession.TensorValueMetadata;
+  const kvHeads = Number(k0.shape[1]);
+  const headDim = Number(k0.shape[3]);
+  if (!Number.isInteger(kvHeads) || !Number.isInteger(headDim)) throw new Error(`cannot read KV heads and head size from ${k0.name} shape ${JSON.stringify(k0.shape)}`);
+  const logitsMeta = session.outputMetadata.find((m) => m.name === 'logits') as ort.InferenceSession.TensorValueMetadata | undefined;
+  if (!logitsMeta) throw new Error('model has no logits output');
+  arch = {
+    layers: pastKeys.length,
+    kvHeads,
+    headDim,
+    kvType: k0.type === 'float16' ? 'float16' : 'float32',
+    logitsType: logitsMeta.type === 'float16' ? 'float16' : 'float32',
+    vocab: Number(logitsMeta.shape[2]) || 0,
+    hasPositionIds: meta.some((m) => m.name === 'position_ids'),
+    provider,
+  };
+}
+
+/**
+ * One forward pass over a batch. Row b holds `rows[b].tokens` new tokens after
+ * its cached `len`; rows are left-padded to the longest past and the longest
+ * new run, and the attention mask hides every pad.
+ */
+async function step(rows: StepRow[]): Promise<Float32Array> {
+  const B = rows.length;
+  const { layers, kvHeads: H, headDim: D } = arch;
+  const kvs = rows.map((r) => {
+    let kv = caches.get(r.seq);
+    if (!kv) caches.set(r.seq, (kv = newKv(Math.max(16, r.tokens.length))));
+    return kv;
+  });
+  const P = Math.max(...kvs.map((k) => k.len));
+  const S = Math.max(...rows.map((r) => r.tokens.length));
+  const T = P + S;
+  const ids = new BigInt64Array(B * S);
+  const pos = new BigInt64Array(B * S);
+  const mask = new BigInt64Array(B * T);
+  for (let b = 0; b < B; b++) {
+    const kv = kvs[b]!;
+    const toks = rows[b]!.tokens;
+    for (let j = P - kv.len; j < P; j++) mask[b * T + j] = 1n;
+    const off = S - toks.length;
+    for (let i = 0; i < toks.length; i++) {
+      ids[b * S + off + i] = BigInt(toks[i]!);
+      pos[b * S + off + i] = BigInt(kv.len + i);
+      mask[b * T + P + off + i] = 1n;
+    }
+  }
+  const feeds: Record<string, ort.Tensor> = {
+    input_ids: new ort.Tensor('int64', ids, [B, S]),
+    attention_mask: new ort.Tensor('int64', mask, [B, T]),
+  };
+  if (arch.hasPositionIds) feeds.position_ids = new ort.Tensor('int64', pos, [B, S]);
+  for (let l = 0; l < layers; l++) {
+    for (const which of ['key', 'value'] as const) {
+      const buf = alloc(B * H * P * D);
+      for (let b = 0; b < B; b++) {
+        const kv = kvs[b]!;
+        const src = which === 'key' ? kv.k[l]! : kv.v[l]!;
+        const pad = P - kv.len;
+        for (let h = 0; h < H; h++) buf.set(src.subarray(h * kv.cap * D, (h * kv.cap + kv.len) * D), ((b * H + h) * P + pad) * D);
+      }
+      feeds[`past_key_values.${l}.${which}`] = new ort.Tensor(arch.kvType, buf, [B, H, P, D]);
+    }
+  }
+  const out = await session.run(feeds);
+  for (let l = 0; l < layers; l++) {
+    for (const which of ['key', 'value'] as const) {
+      const present = out[`present.${l}.${which}`]!.data as Float32Array | Uint16Array;
+      for (let b = 0; b < B; b++) {
+        const kv = kvs[b]!;
+        const n = rows[b]!.tokens.length;
+        if (l === 0 && which === 'key') grow(kv, kv.len + n);
+        const dst = which === 'key' ? kv.k[l]! : kv.v[l]!;
+        for (let h = 0; h < H; h++) {
+          const from = ((b * H + h) * T + (T - n)) * D;
+          dst.set(present.subarray(from, from + n * D), (h * kv.cap + kv.len) * D);
+        }
+      }
+    }
+  }
+  for (let b = 0; b < B; b++) kvs[b]!.len += rows[b]!.tokens.length;
+  const logits = out.logits!;
+  const V = Number(logits.dims[2]);
+  const last = new Float32Array(B * V);
+  const data = logits.data as Float32Array | Uint16Array;
+  for (let b = 0; b < B; b++) {
+    const from = (b * S + S - 1) * V;
+    if (arch.logitsType === 'float16') for (let i = 0; i < V; i++) last[b * V + i] = halfToFloat(data[from + i]!);
+    else last.set((data as Float32Array).subarray(from, from + V), b * V);
+  }
+  return last;
+}
+
+function fork(from: number, to: number[]): void {
+  const src = caches.get(from);
+  if (!src) throw new Error(`fork: sequence ${from} has no cache`);
+  for (const t of to) {
+    const kv = newKv(src.cap);
+    kv.len = src.len;
+    for (let l = 0; l < arch.layers; l++) {
+      kv.k[l]!.set(src.k[l]!);
+      kv.v[l]!.set(src.v[l]!);
+    }
+    caches.set(t, kv);
+  }
+}
+
+function free(seqs: number[]): void {
+  for (const s of seqs) {
+    const kv = caches.get(s);
+    if (!kv) continue;
+    kvBytes -= 2 * arch.layers * arch.kvHeads * kv.cap * arch.headDim * elemBytes();
+    caches.delete(s);
+  }
+}
+
+port.on('message', async (msg: Request) => {
+  try {
+    switch (msg.type) {
+      case 'init':
+        await init(msg);
+        port.postMessage({ type: 'ready', arch } satisfies Reply);
+        return;
+      case 'step': {
+        const logits = await step(msg.rows);
+        port.postMessage({ type: 'step', id: msg.id, logits, kvBytes } satisfies Reply, [logits.buffer as ArrayBuffer]);
+        return;
+      }
+      case 'fork':
+        fork(msg.from, msg.to);
+        port.postMessage({ type: 'done', id: msg.id } satisfies Reply);
+        return;
+      case 'free':
+        free(msg.seqs);
+        return;
+      case 'close':
+        await session?.release();
+        port.postMessage({ type: 'done', id: msg.id } satisfies Reply);
+        return;
+    }
+  } catch (e) {
+    if (msg.type === 'init') port.postMessage({ type: 'init-error', message: `fatal: ${(e as Error).message}` } satisfies Reply);
+    else if ('id' in msg) port.postMessage({ type: 'error', id: msg.id, message: (e as Error).message } satisfies Reply);
+  }
+});
