@@ -2,10 +2,11 @@ import { loadConfig, ConfigError } from './config.js';
 import { startDaemon, type Module } from './app.js';
 import { loadUws, NativeUwsMissing } from './http/uws.js';
 import { log } from './log.js';
+import { inferenceModule } from './inference/module.js';
 import { platformModule } from './platform/module.js';
 
 // The route families the daemon serves; each module owns its routes and background work.
-const modules: Module[] = [platformModule];
+const modules: Module[] = [inferenceModule, platformModule];
 
 async function main(): Promise<void> {
   let config;
