@@ -1,0 +1,178 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ApiError } from '../../errors.js';
+import { registry } from '../../metrics.js';
+import type { GenerateEvent } from '../engine-api.js';
+import { ensureDefaultModels } from '../convert/default-models.js';
+import { Engine } from './engine.js';
+
+// The engine against the bundled random-weight model (always present) and,
+// when ../shared/models exists, a real Hugging Face optimum export.
+
+const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+const CHAT = 'cloudgate/random-llama-chat';
+const EVAL = 'cloudgate/random-llama-eval';
+const modelsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-engine-'));
+let engine: Engine;
+
+beforeAll(async () => {
+  ensureDefaultModels({ modelsDir });
+  engine = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { batchSizeMax: 32 } });
+}, 60_000);
+afterAll(async () => {
+  await engine?.close();
+  fs.rmSync(modelsDir, { recursive: true, force: true });
+});
+
+async function collect(it: AsyncGenerator<GenerateEvent>): Promise<{ ids: number[]; text: string; done: Extract<GenerateEvent, { type: 'done' }> }> {
+  const ids: number[] = [];
+  let text = '';
+  for await (const ev of it) {
+    if (ev.type === 'delta') {
+      ids.push(...ev.tokenIds);
+      text += ev.text;
+    } else return { ids, text, done: ev };
+  }
+  throw new Error('no done event');
+}
+
+// Real weights (when ../shared/models is there) make varied text, so equal token runs mean something.
+const REAL = 'cloudgate/stories260k';
+const gen = () => (engine.model(REAL) ? REAL : CHAT);
+const prompt = (i: number) => engine.encodeChat(gen(), [{ role: 'user', content: `Once upon a time ${i} ${'there was a dog '.repeat(i)}` }]);
+const greedy = (tokens: number[], maxTokens = 12, extra = {}) => engine.generate(gen(), { promptTokens: tokens, maxTokens, temperature: 0, topP: 1, stop: [], ...extra });
+
+async function gaugeValue(name: string, model: string): Promise<number> {
+  const m = await registry.getSingleMetric(name)!.get();
+  return m.values.find((v) => v.labels.model === model)?.value ?? 0;
+}
+
+describe('engine', () => {
+  it('reads the architecture from the graph', () => {
+    const m = engine.model(CHAT)!;
+    expect(m.kind).toBe('chat');
+    expect(m.contextLength).toBe(512);
+  });
+
+  it('gives the same greedy tokens alone and inside a batch of 16 prompts of mixed lengths', async () => {
+    const alone = [];
+    for (let i = 0; i < 16; i++) alone.push((await collect(greedy(prompt(i)))).ids);
+    const together = await Promise.all(Array.from({ length: 16 }, (_, i) => collect(greedy(prompt(i)))));
+    for (let i = 0; i < 16; i++) expect(together[i]!.ids, `prompt ${i}`).toEqual(alone[i]);
+    expect(new Set(alone.map((a) => a.join(','))).size).toBeGreaterThan(1); // the prompts lead to different text
+  }, 60_000);
+
+  it('lets a sequence join a running batch and still decode the same tokens', async () => {
+    const ref = (await collect(greedy(prompt(7), 20))).ids;
+    const long = Array.from({ length: 4 }, (_, i) => collect(greedy(prompt(i), 60)));
+    await new Promise((r) => setTimeout(r, 20)); // the others are mid-decode
+    const joined = await collect(greedy(prompt(7), 20));
+    await Promise.all(long);
+    expect(joined.ids).toEqual(ref);
+  }, 60_000);
+
+  it('frees the slot of a sequence whose consumer stops, within a step', async () => {
+    const it = greedy(prompt(1), 400);
+    let n = 0;
+    for await (const ev of it) if (ev.type === 'delta' && ++n === 3) break;
+    for (let i = 0; i < 20 && (await gaugeValue('engine_running_sequences', gen())) > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(await gaugeValue('engine_running_sequences', gen())).toBe(0);
+  });
+
+  it('cancels on abort before the first read', async () => {
+    const ac = new AbortController();
+    const it = greedy(prompt(2), 400, { signal: ac.signal });
+    ac.abort();
+    await it.return(undefined);
+    for (let i = 0; i < 20 && (await gaugeValue('engine_running_sequences', gen())) > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(await gaugeValue('engine_running_sequences', gen())).toBe(0);
+  });
+
+  it('reproduces a sampled completion with the same seed, also inside a batch', async () => {
+    const s = (seed: number) => engine.generate(gen(), { promptTokens: prompt(3), maxTokens: 16, temperature: 1, topP: 0.9, seed, stop: [] });
+    const a = await collect(s(7));
+    const [b, , c] = await Promise.all([collect(s(7)), collect(greedy(prompt(5))), collect(s(8))]);
+    expect(b.ids).toEqual(a.ids);
+    expect(c.ids).not.toEqual(a.ids);
+  });
+
+  it('stops before a stop string that spans token boundaries and never emits it', async () => {
+    const full = await collect(greedy(prompt(4), 30));
+    expect(full.text.length).toBeGreaterThan(8);
+    const stop = full.text.slice(4, 8);
+    const r = await collect(greedy(prompt(4), 30, { stop: [stop] }));
+    expect(r.text).toBe(full.text.slice(0, full.text.indexOf(stop)));
+    expect(r.done.finishReason).toBe('stop');
+  });
+
+  it('refuses a prompt over the context length', () => {
+    expect(() => greedy(Array.from({ length: 510 }, () => 5), 10)).toThrow(ApiError);
+  });
+
+  it('scores branches from one shared prefix as if each were run from scratch, counting the prefix once', async () => {
+    const prefix = engine.encode(EVAL, 'The state of the world is calm today.');
+    const branches = [engine.encode(EVAL, ' Is it calm? Answer:'), engine.encode(EVAL, ' Is it loud?'), [5]];
+    const shared = await engine.scoreBranches(EVAL, { prefixTokens: prefix, branches });
+    expect(shared.processedTokens).toBe(prefix.length + branches.reduce((s, b) => s + b.length, 0));
+    for (let i = 0; i < branches.length; i++) {
+      const b = branches[i]!;
+      const alone = await engine.scoreBranches(EVAL, { prefixTokens: [...prefix, ...b.slice(0, -1)], branches: [b.slice(-1)] });
+      const x = shared.logprobs[i]!;
+      const y = alone.logprobs[0]!;
+      let maxDiff = 0;
+      for (let t = 0; t < x.length; t++) maxDiff = Math.max(maxDiff, Math.abs(x[t]! - y[t]!));
+      expect(maxDiff).toBeLessThan(1e-4);
+    }
+  });
+});
+
+describe('engine queue', () => {
+  it('answers overloaded when the waiting queue is full', async () => {
+    const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { batchSizeMax: 1, queueDepthMax: 1 } });
+    try {
+      const p = () => small.encodeChat(CHAT, [{ role: 'user', content: 'x' }]);
+      const g = (n: number) => small.generate(CHAT, { promptTokens: p(), maxTokens: n, temperature: 0, topP: 1, stop: [] });
+      const first = collect(g(100));
+      await new Promise((r) => setTimeout(r, 5));
+      const second = collect(g(2));
+      let err: ApiError | undefined;
+      try {
+        g(2);
+      } catch (e) {
+        err = e as ApiError;
+      }
+      expect(err?.kind).toBe('overloaded');
+      expect(err?.retryAfterMs).toBeGreaterThan(0);
+      await Promise.all([first, second]);
+    } finally {
+      await small.close();
+    }
+  }, 30_000);
+});
+
+const HF = path.resolve(process.env.SHARED_MODELS_DIR ?? path.join(repo, '../shared/models'), 'tiny-random-llama-hf');
+describe.skipIf(!fs.existsSync(HF))('a real Hugging Face optimum export (../shared/models/tiny-random-llama-hf)', () => {
+  it('loads with no code written for it (external data, fp16 KV, Llama-2 tokenizer and [INST] template) and generates', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-hf-'));
+    const m = path.join(dir, 'tiny-llama');
+    fs.mkdirSync(m);
+    for (const f of fs.readdirSync(HF)) fs.symlinkSync(path.join(HF, f), path.join(m, f));
+    fs.writeFileSync(path.join(m, 'cloudgate.json'), JSON.stringify({ id: 'hf/tiny-random-llama', kind: 'chat', contextLength: 256, prices: { inputPerMTok: 0, outputPerMTok: 0 } }));
+    const e = await Engine.load({ modelsDir: dir, executionProvider: 'cpu', strict: false, intraOpThreads: 1 });
+    try {
+      expect(e.list().map((x) => x.id)).toEqual(['hf/tiny-random-llama']);
+      const tokens = e.encodeChat('hf/tiny-random-llama', [{ role: 'user', content: 'Hello there' }]);
+      expect(tokens[0]).toBe(1); // <s> from the [INST] template
+      const r = await collect(e.generate('hf/tiny-random-llama', { promptTokens: tokens, maxTokens: 6, temperature: 0, topP: 1, stop: [] }));
+      expect(r.done.completionTokens + (r.done.finishReason === 'stop' ? 0 : 0)).toBeGreaterThan(0);
+      const again = await collect(e.generate('hf/tiny-random-llama', { promptTokens: tokens, maxTokens: 6, temperature: 0, topP: 1, stop: [] }));
+      expect(again.ids).toEqual(r.ids);
+    } finally {
+      await e.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
