@@ -1,4 +1,7 @@
-import { startDaemon, stopDaemon } from '../test/daemon.js';
+import fs from 'node:fs';
+import path from 'node:path';
+import ort from 'onnxruntime-node';
+import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
 import { fmt, machine } from './lib.js';
 
 // Chat throughput through the daemon: N concurrent streams, aggregate
@@ -41,9 +44,49 @@ async function oneStream(url: string, key: string, prompt: string) {
   return { ttft, tokens };
 }
 
+/**
+ * The baseline: the same ONNX file in a plain loop on this thread, batch B,
+ * prefill of a short prompt then `steps` decode steps feeding present into
+ * past, one intra-op thread like the daemon's worker. Tokens per second.
+ */
+async function rawLoop(modelFile: string, B: number, steps: number): Promise<number> {
+  const sess = await ort.InferenceSession.create(modelFile, { graphOptimizationLevel: 'all', intraOpNumThreads: 1, interOpNumThreads: 1 });
+  const pk = sess.inputMetadata.filter((m) => /^past_key_values\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
+  const H = Number(pk[0]!.shape[1]);
+  const D = Number(pk[0]!.shape[3]);
+  const L = pk.length;
+  const prompt = 16;
+  let past: Record<string, ort.Tensor> = {};
+  for (let l = 0; l < L; l++) for (const w of ['key', 'value']) past[`past_key_values.${l}.${w}`] = new ort.Tensor('float32', new Float32Array(0), [B, H, 0, D]);
+  const feed = (S: number, P: number) => {
+    const ids = new BigInt64Array(B * S).fill(5n);
+    const pos = new BigInt64Array(B * S).map((_, i) => BigInt(P + (i % S)));
+    const mask = new BigInt64Array(B * (P + S)).fill(1n);
+    return { input_ids: new ort.Tensor('int64', ids, [B, S]), position_ids: new ort.Tensor('int64', pos, [B, S]), attention_mask: new ort.Tensor('int64', mask, [B, P + S]), ...past };
+  };
+  const advance = (out: ort.InferenceSession.OnnxValueMapType) => {
+    const next: Record<string, ort.Tensor> = {};
+    for (let l = 0; l < L; l++) for (const w of ['key', 'value']) next[`past_key_values.${l}.${w}`] = out[`present.${l}.${w}`]!;
+    past = next;
+  };
+  advance(await sess.run(feed(prompt, 0)));
+  const t0 = performance.now();
+  for (let i = 0; i < steps; i++) {
+    const out = await sess.run(feed(1, prompt + i));
+    // the daemon samples on its main thread; the loop reads the logits too
+    const lg = out.logits!.data as Float32Array;
+    let best = 0;
+    for (let j = 1; j < lg.length / B; j++) if (lg[j]! > lg[best]!) best = j;
+    advance(out);
+  }
+  const secs = (performance.now() - t0) / 1000;
+  await sess.release();
+  return (B * steps) / secs;
+}
+
 async function main() {
-  const env: Record<string, string> = { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0' };
-  if (args.get('models-dir')) env.MODELS_DIR = args.get('models-dir')!;
+  const modelsDir = path.resolve(args.get('models-dir') ?? path.join(repoRoot, 'models'));
+  const env: Record<string, string> = { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', MODELS_DIR: modelsDir };
   const d = await startDaemon(env);
   try {
     const h = { authorization: `Bearer ${d.adminKey}`, 'content-type': 'application/json' };
@@ -54,6 +97,12 @@ async function main() {
     const url = `${d.inferenceUrl}/api/v1/chat/completions`;
     console.log(`machine: ${machine()}\nmodel: ${model}, ${maxTokens} tokens per stream, temperature 0`);
     await oneStream(url, k.data.key, 'warm up'); // warm-up
+    const modelDir = fs.readdirSync(modelsDir).map((f) => path.join(modelsDir, f)).find((dir) => {
+      const c = path.join(dir, 'cloudgate.json');
+      return fs.existsSync(c) && JSON.parse(fs.readFileSync(c, 'utf8')).id === model;
+    });
+    if (!modelDir) throw new Error(`model ${model} not found in ${modelsDir}`);
+    const stream1 = { rate: 0 };
     for (const n of streams) {
       let best = 0;
       const ttfts: number[] = [];
@@ -64,7 +113,12 @@ async function main() {
         best = Math.max(best, out.reduce((s, o) => s + o.tokens, 0) / secs);
         ttfts.push(...out.map((o) => o.ttft));
       }
-      console.log(`streams ${String(n).padStart(2)}: ${fmt(best)} tokens/s aggregate (best of ${ROUNDS}); TTFT p50 ${fmt(pct(ttfts, 0.5), 1)} ms p99 ${fmt(pct(ttfts, 0.99), 1)} ms`);
+      const raw = await rawLoop(path.join(modelDir, 'model.onnx'), n, maxTokens);
+      if (n === 1) stream1.rate = best;
+      console.log(
+        `streams ${String(n).padStart(2)}: daemon ${fmt(best)} tokens/s (best of ${ROUNDS}) | raw loop batch ${n}: ${fmt(raw)} tokens/s | ratio ${fmt(best / raw, 2)}` +
+          ` | vs 1 stream ${fmt(best / stream1.rate, 1)}x | TTFT p50 ${fmt(pct(ttfts, 0.5), 1)} ms p99 ${fmt(pct(ttfts, 0.99), 1)} ms`,
+      );
     }
   } finally {
     await stopDaemon(d);

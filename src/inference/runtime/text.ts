@@ -39,6 +39,54 @@ export class ModelText {
     this.addBos = tc.add_bos_token !== false && this.bosId !== undefined;
     const tpl = typeof tc.chat_template === 'string' ? tc.chat_template : Array.isArray(tc.chat_template) ? tc.chat_template.find((t: { name?: string }) => t.name === 'default')?.template : undefined;
     this.template = tpl ? new Template(tpl) : undefined;
+    this.pieces = this.buildPieces();
+    const strict = new TextDecoder('utf-8', { fatal: true });
+    for (const p of this.pieces ?? []) {
+      try {
+        this.pieceText.push(strict.decode(p));
+      } catch {
+        this.pieceText.push(undefined);
+      }
+    }
+  }
+
+  /**
+   * Bytes each token adds mid-text, so streaming decodes a token with a table
+   * lookup instead of two tokenizer calls. Built by decoding each token after
+   * an anchor letter; byte-fallback tokens are their byte. Kept only if it
+   * reproduces the tokenizer's own decode on sample texts (decoders that are
+   * not per-token concatenations fall back to window decoding).
+   */
+  readonly pieces: Uint8Array[] | undefined;
+  /** The same pieces as strings, where a piece is whole UTF-8 on its own. */
+  readonly pieceText: Array<string | undefined> = [];
+
+  private buildPieces(): Uint8Array[] | undefined {
+    const anchor = this.encode('x');
+    if (this.decode(anchor) !== 'x') return undefined;
+    const names: string[] = this.tokenizer.model?.vocab ?? [];
+    let n = names.length;
+    for (const id of this.tokenizer.get_added_tokens_decoder().keys()) n = Math.max(n, id + 1);
+    if (n === 0 || n > 300_000) return undefined;
+    const enc = new TextEncoder();
+    const pieces: Uint8Array[] = [];
+    for (let id = 0; id < n; id++) {
+      const name = names[id];
+      const byte = typeof name === 'string' ? /^<0x([0-9A-Fa-f]{2})>$/.exec(name) : null;
+      if (byte) pieces.push(Uint8Array.of(parseInt(byte[1]!, 16)));
+      else {
+        const t = this.decode([...anchor, id]);
+        pieces.push(t.startsWith('x') && !t.includes('\uFFFD') ? enc.encode(t.slice(1)) : new Uint8Array(0));
+      }
+    }
+    const dec = new TextDecoder();
+    for (const sample of ['Once upon a time, there was a girl.', ' héllo wörld 你好 🙂 "quoted"\n\tend', 'a  b   c']) {
+      const ids = this.encode(sample);
+      const ctx = anchor.concat(ids);
+      const fast = dec.decode(Uint8Array.from(ids.flatMap((i) => [...(pieces[i] ?? [])])));
+      if (this.decode(ctx).slice(1) !== fast) return undefined;
+    }
+    return pieces;
   }
 
   encode(text: string): number[] {
@@ -67,7 +115,7 @@ export class ModelText {
   }
 
   decode(ids: number[]): string {
-    return this.tokenizer.decode(ids, { skip_special_tokens: true });
+    return ids.length ? this.tokenizer.decode(ids, { skip_special_tokens: true }) : '';
   }
 }
 
@@ -80,6 +128,9 @@ export class Detokenizer {
   private readonly ids: number[];
   private prefixOffset = 0;
   private readOffset: number;
+  private pending: number[] = [];
+  private static readonly strict = new TextDecoder('utf-8', { fatal: true });
+  private static readonly lenient = new TextDecoder('utf-8');
 
   constructor(
     private readonly text: ModelText,
@@ -90,6 +141,26 @@ export class Detokenizer {
   }
 
   push(id: number): string {
+    // Fast path: the token's bytes; the streaming decoder holds a split UTF-8 character.
+    const pieces = this.text.pieces;
+    if (!pieces) return this.pushSlow(id);
+    const whole = this.text.pieceText[id];
+    if (this.pending.length === 0 && whole !== undefined) return whole;
+    this.pending.push(...(pieces[id] ?? []));
+    const bytes = Uint8Array.from(this.pending);
+    try {
+      const out = Detokenizer.strict.decode(bytes);
+      this.pending = [];
+      return out;
+    } catch {
+      // An incomplete character waits for its next byte; more than 4 bytes cannot be one.
+      if (this.pending.length < 4) return '';
+      this.pending = [];
+      return Detokenizer.lenient.decode(bytes);
+    }
+  }
+
+  private pushSlow(id: number): string {
     this.ids.push(id);
     const prefix = this.text.decode(this.ids.slice(this.prefixOffset, this.readOffset));
     const full = this.text.decode(this.ids.slice(this.prefixOffset));

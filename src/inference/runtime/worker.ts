@@ -92,6 +92,53 @@ async function init(msg: Extract<Request, { type: 'init' }>): Promise<void> {
 }
 
 /**
+ * The batch of the last step stays in the session's own output tensors: when
+ * the next step is the same rows with one token each (steady decoding), the
+ * presents are fed back as the pasts with no copying, as in a plain loop.
+ * `mask` says, per row, which of the P positions hold that row's tokens (pads
+ * sit where rows joined with shorter pasts or shorter chunks).
+ */
+interface BatchState {
+  seqs: number[];
+  past: Record<string, ort.Tensor>;
+  P: number;
+  mask: Uint8Array; // B x P
+}
+let batch: BatchState | undefined;
+
+/** Writes the batch tensors back into the per-sequence stores; needed before the rows change. */
+function materialize(): void {
+  if (!batch) return;
+  const { seqs, past, P, mask } = batch;
+  const { layers, kvHeads: H, headDim: D } = arch;
+  for (let b = 0; b < seqs.length; b++) {
+    const kv = caches.get(seqs[b]!);
+    if (!kv) continue;
+    grow(kv, kv.len);
+    const positions: number[] = [];
+    for (let j = 0; j < P; j++) if (mask[b * P + j]) positions.push(j);
+    for (let l = 0; l < layers; l++) {
+      for (const which of ['key', 'value'] as const) {
+        const src = past[`past_key_values.${l}.${which}`]!.data as Float32Array | Uint16Array;
+        const dst = which === 'key' ? kv.k[l]! : kv.v[l]!;
+        for (let h = 0; h < H; h++) {
+          const base = (b * H + h) * P;
+          // Runs of consecutive positions copy as one block.
+          let i = 0;
+          while (i < positions.length) {
+            let j = i;
+            while (j + 1 < positions.length && positions[j + 1] === positions[j]! + 1) j++;
+            dst.set(src.subarray((base + positions[i]!) * D, (base + positions[j]! + 1) * D), (h * kv.cap + i) * D);
+            i = j + 1;
+          }
+        }
+      }
+    }
+  }
+  batch = undefined;
+}
+
+/**
  * One forward pass over a batch. Row b holds `rows[b].tokens` new tokens after
  * its cached `len`; rows are left-padded to the longest past and the longest
  * new run, and the attention mask hides every pad.
@@ -99,62 +146,57 @@ async function init(msg: Extract<Request, { type: 'init' }>): Promise<void> {
 async function step(rows: StepRow[]): Promise<Float32Array> {
   const B = rows.length;
   const { layers, kvHeads: H, headDim: D } = arch;
+  const steady = !!batch && batch.seqs.length === B && rows.every((r, b) => r.seq === batch!.seqs[b] && r.tokens.length === 1);
+  if (!steady) materialize();
   const kvs = rows.map((r) => {
     let kv = caches.get(r.seq);
     if (!kv) caches.set(r.seq, (kv = newKv(Math.max(16, r.tokens.length))));
     return kv;
   });
-  const P = Math.max(...kvs.map((k) => k.len));
+  const P = steady ? batch!.P : Math.max(...kvs.map((k) => k.len));
   const S = Math.max(...rows.map((r) => r.tokens.length));
   const T = P + S;
   const ids = new BigInt64Array(B * S);
   const pos = new BigInt64Array(B * S);
-  const mask = new BigInt64Array(B * T);
+  const mask = new Uint8Array(B * T);
   for (let b = 0; b < B; b++) {
     const kv = kvs[b]!;
     const toks = rows[b]!.tokens;
-    for (let j = P - kv.len; j < P; j++) mask[b * T + j] = 1n;
+    if (steady) mask.set(batch!.mask.subarray(b * P, (b + 1) * P), b * T);
+    else mask.fill(1, b * T + P - kv.len, b * T + P);
     const off = S - toks.length;
     for (let i = 0; i < toks.length; i++) {
       ids[b * S + off + i] = BigInt(toks[i]!);
       pos[b * S + off + i] = BigInt(kv.len + i);
-      mask[b * T + P + off + i] = 1n;
+      mask[b * T + P + off + i] = 1;
     }
   }
   const feeds: Record<string, ort.Tensor> = {
     input_ids: new ort.Tensor('int64', ids, [B, S]),
-    attention_mask: new ort.Tensor('int64', mask, [B, T]),
+    attention_mask: new ort.Tensor('int64', BigInt64Array.from(mask, (m) => BigInt(m)), [B, T]),
   };
   if (arch.hasPositionIds) feeds.position_ids = new ort.Tensor('int64', pos, [B, S]);
-  for (let l = 0; l < layers; l++) {
-    for (const which of ['key', 'value'] as const) {
-      const buf = alloc(B * H * P * D);
-      for (let b = 0; b < B; b++) {
-        const kv = kvs[b]!;
-        const src = which === 'key' ? kv.k[l]! : kv.v[l]!;
-        const pad = P - kv.len;
-        for (let h = 0; h < H; h++) buf.set(src.subarray(h * kv.cap * D, (h * kv.cap + kv.len) * D), ((b * H + h) * P + pad) * D);
+  if (steady) Object.assign(feeds, batch!.past);
+  else {
+    for (let l = 0; l < layers; l++) {
+      for (const which of ['key', 'value'] as const) {
+        const buf = alloc(B * H * P * D);
+        for (let b = 0; b < B; b++) {
+          const kv = kvs[b]!;
+          const src = which === 'key' ? kv.k[l]! : kv.v[l]!;
+          const pad = P - kv.len;
+          for (let h = 0; h < H; h++) buf.set(src.subarray(h * kv.cap * D, (h * kv.cap + kv.len) * D), ((b * H + h) * P + pad) * D);
+        }
+        feeds[`past_key_values.${l}.${which}`] = new ort.Tensor(arch.kvType, buf, [B, H, P, D]);
       }
-      feeds[`past_key_values.${l}.${which}`] = new ort.Tensor(arch.kvType, buf, [B, H, P, D]);
     }
   }
   const out = await session.run(feeds);
-  for (let l = 0; l < layers; l++) {
-    for (const which of ['key', 'value'] as const) {
-      const present = out[`present.${l}.${which}`]!.data as Float32Array | Uint16Array;
-      for (let b = 0; b < B; b++) {
-        const kv = kvs[b]!;
-        const n = rows[b]!.tokens.length;
-        if (l === 0 && which === 'key') grow(kv, kv.len + n);
-        const dst = which === 'key' ? kv.k[l]! : kv.v[l]!;
-        for (let h = 0; h < H; h++) {
-          const from = ((b * H + h) * T + (T - n)) * D;
-          dst.set(present.subarray(from, from + n * D), (h * kv.cap + kv.len) * D);
-        }
-      }
-    }
-  }
+  const past: Record<string, ort.Tensor> = {};
+  for (let l = 0; l < layers; l++) for (const which of ['key', 'value'] as const) past[`past_key_values.${l}.${which}`] = out[`present.${l}.${which}`]!;
   for (let b = 0; b < B; b++) kvs[b]!.len += rows[b]!.tokens.length;
+  // The stores are now stale for these rows: the truth is in `past` until materialize().
+  batch = { seqs: rows.map((r) => r.seq), past, P: T, mask };
   const logits = out.logits!;
   const V = Number(logits.dims[2]);
   const last = new Float32Array(B * V);
@@ -168,6 +210,7 @@ async function step(rows: StepRow[]): Promise<Float32Array> {
 }
 
 function fork(from: number, to: number[]): void {
+  if (batch?.seqs.includes(from)) materialize();
   const src = caches.get(from);
   if (!src) throw new Error(`fork: sequence ${from} has no cache`);
   for (const t of to) {
@@ -182,6 +225,7 @@ function fork(from: number, to: number[]): void {
 }
 
 function free(seqs: number[]): void {
+  if (batch && seqs.some((s) => batch!.seqs.includes(s))) materialize();
   for (const s of seqs) {
     const kv = caches.get(s);
     if (!kv) continue;
