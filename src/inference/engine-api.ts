@@ -29,3 +29,9 @@ export interface GenerateRequest {
 export type GenerateEvent =
   | { type: 'delta'; text: string; tokenIds: number[] }
   | { type: 'done'; finishReason: 'stop' | 'length' | 'cancelled'; promptTokens: number; completionTokens: number };
+
+/** A scored branch: it continues the shared prefix (parent -1) or an earlier branch. */
+export interface BranchSpec {
+  parent: number;
+  tokens: number[];
+}

@@ -1,8 +1,8 @@
 import { ApiError } from '../../errors.js';
-import type { ServedModel } from '../engine-api.js';
+import type { BranchSpec, ServedModel } from '../engine-api.js';
 import type { Answer, EvaluationRequest, Question, Warning } from '../protocol.js';
 import { validateImages } from './images.js';
-import { planQuestion, prefixText, type Detail } from './prompt.js';
+import { BOOLEAN_WORDS, planQuestion, prefixText, type Detail } from './prompt.js';
 import { commonPrefix, distribution, needsTerminator, planBranches } from './score.js';
 
 /** What evaluation needs from the engine. */
@@ -11,7 +11,7 @@ export interface EvalEngine {
   bosTokens(modelId: string): number[];
   scoreBranches(
     modelId: string,
-    req: { prefixTokens: number[]; branches: number[][]; signal?: AbortSignal },
+    req: { prefixTokens: number[]; branches: BranchSpec[]; signal?: AbortSignal },
   ): Promise<{ logprobs: Float32Array[]; processedTokens: number }>;
 }
 
@@ -29,7 +29,7 @@ interface Planned {
   rotations: Array<Array<Array<[number, number]>>>;
 }
 
-const ANSWER_LEAD = 'Answer:';
+const ANSWER_LEAD = 'A:';
 const DETAILS: Detail[] = ['full', 'names', 'none'];
 
 /** Tokens of each answer as it continues `Answer:`; see score.ts for why terminators. */
@@ -46,7 +46,7 @@ function answerTokens(engine: EvalEngine, modelId: string, texts: string[]): num
 
 export interface EvaluationPlan {
   prefixTokens: number[];
-  branches: number[][];
+  branches: BranchSpec[];
   /** Tokens the engine will run: the prefix once and every branch. */
   tokens: number;
   warnings: Warning[];
@@ -68,12 +68,14 @@ export function planEvaluation(engine: EvalEngine, model: ServedModel, req: Eval
     });
   }
   const room = model.contextLength - prefixTokens.length;
-  const branches: number[][] = [];
+  // Single-token yes/no words keep a boolean question to one branch.
+  const booleanWords = BOOLEAN_WORDS.find((w) => answerTokens(engine, model.id, w).every((t) => t.length === 1)) ?? BOOLEAN_WORDS[0]!;
+  const branches: BranchSpec[] = [];
   const planned: Planned[] = [];
   for (const [id, question] of Object.entries(req.questions)) {
     let done = false;
     for (const detail of DETAILS) {
-      const plan = planQuestion(question, detail);
+      const plan = planQuestion(question, detail, booleanWords);
       const alts = answerTokens(engine, model.id, plan.alternatives.map((a) => a.text));
       const longestAlt = Math.max(...alts.map((a) => a.length));
       const qTokens = plan.texts.map((t) => engine.encode(model.id, t));
@@ -92,7 +94,7 @@ export function planEvaluation(engine: EvalEngine, model: ServedModel, req: Eval
   return {
     prefixTokens,
     branches,
-    tokens: prefixTokens.length + branches.reduce((s, b) => s + b.length, 0),
+    tokens: prefixTokens.length + branches.reduce((s, b) => s + b.tokens.length, 0),
     warnings,
     finish: (logprobs, processedTokens) => {
       const answers: Record<string, Answer> = {};

@@ -5,7 +5,7 @@ import { EvaluationRequest, IMAGE_BYTES_MAX } from '../protocol.js';
 import { validateImages } from './images.js';
 import { planEvaluation, type EvalEngine } from './evaluate.js';
 import { distribution, needsTerminator, planBranches } from './score.js';
-import type { ServedModel } from '../engine-api.js';
+import type { BranchSpec, ServedModel } from '../engine-api.js';
 
 const PNG = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 const png = (bytes: number) => {
@@ -75,9 +75,12 @@ describe('images', () => {
 
 describe('trie scoring of multi-token answers', () => {
   it('shares prefixes between alternatives and adds the chain-rule log-probs', () => {
-    const branches: number[][] = [];
+    const branches: BranchSpec[] = [];
     const paths = planBranches([9, 9], [[1, 2], [1, 3], [4]], branches);
-    expect(branches).toEqual([[9, 9], [9, 9, 1]]);
+    expect(branches).toEqual([
+      { parent: -1, tokens: [9, 9] },
+      { parent: 0, tokens: [1] },
+    ]);
     expect(paths).toEqual([[[0, 1], [1, 2]], [[0, 1], [1, 3]], [[0, 4]]]);
     const lp = [new Float32Array([0, Math.log(0.5), 0, 0, Math.log(0.5)]), new Float32Array([0, 0, Math.log(0.25), Math.log(0.75), 0])];
     const d = distribution(paths, lp);
@@ -97,9 +100,9 @@ describe('planEvaluation on a fake engine', () => {
     encode: (_m, text) => [...text].map((c) => c.charCodeAt(0) % 256),
     bosTokens: () => [1],
     scoreBranches: async (_m, { prefixTokens, branches }) => ({
-      processedTokens: prefixTokens.length + branches.reduce((s, b) => s + b.length, 0),
-      logprobs: branches.map((b) => {
-        const logits = Float32Array.from({ length: 256 }, (_, i) => Math.sin(i * 12.9898 + b.length * 78.233 + (b[b.length - 1] ?? 0)) * 3);
+      processedTokens: prefixTokens.length + branches.reduce((s, b) => s + b.tokens.length, 0),
+      logprobs: branches.map((b, k) => {
+        const logits = Float32Array.from({ length: 256 }, (_, i) => Math.sin(i * 12.9898 + k * 78.233 + (b.tokens[b.tokens.length - 1] ?? 0)) * 3);
         const max = Math.max(...logits);
         const z = Math.log(logits.reduce((s, x) => s + Math.exp(x - max), 0)) + max;
         return logits.map((x) => x - z);

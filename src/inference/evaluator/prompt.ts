@@ -9,9 +9,23 @@ export const CHOICE_ROTATIONS_MAX = 3;
 
 const asText = (v: unknown): string => (typeof v === 'string' ? v : JSON.stringify(v));
 
+// Everything every question shares sits in the prefix, run once; each
+// question adds only its own words (its tokens are the per-question cost).
 export function prefixText(state: unknown): string {
-  return `You are an evaluator. Read the state, then answer each question about it.\n\nState:\n${asText(state)}\n\n`;
+  return (
+    'You are an evaluator. Read the state, then answer each question about it. ' +
+    'Answer yes/no questions with yes or no, option questions with one option name, and rating questions with a number.\n\n' +
+    `State:\n${asText(state)}\n`
+  );
 }
+
+/** Answer words for booleans, tried in order: the first pair that is one token each is used. */
+export const BOOLEAN_WORDS: Array<[string, string]> = [
+  ['yes', 'no'],
+  ['Yes', 'No'],
+  ['true', 'false'],
+  ['y', 'n'],
+];
 
 export interface Alternative {
   /** The answer key: option name, "0".."N-1" for scores, "true"/"false" for booleans. */
@@ -33,30 +47,31 @@ export type Detail = 'full' | 'names' | 'none';
  * fit the model's context (255 described options do not fit a 512-token model):
  * options are still scored by their names, they are just not all listed.
  */
-export function planQuestion(q: Question, detail: Detail): QuestionPlan {
-  const ask = q.instructions == null ? '' : `${asText(q.instructions)}\n`;
+export function planQuestion(q: Question, detail: Detail, booleanWords: [string, string] = BOOLEAN_WORDS[0]!): QuestionPlan {
+  const ask = q.instructions == null ? '' : ` ${asText(q.instructions)}`;
   switch (q.type) {
     case 'boolean': {
       const c = q.criteria ?? {};
+      const [yes, no] = booleanWords;
       const meaning =
         detail === 'full' && (c.true != null || c.false != null)
-          ? `${c.true != null ? `yes means: ${asText(c.true)}\n` : ''}${c.false != null ? `no means: ${asText(c.false)}\n` : ''}`
+          ? `${c.true != null ? ` ${yes}: ${asText(c.true)}.` : ''}${c.false != null ? ` ${no}: ${asText(c.false)}.` : ''}`
           : '';
       return {
         alternatives: [
-          { key: 'true', text: 'yes' },
-          { key: 'false', text: 'no' },
+          { key: 'true', text: yes },
+          { key: 'false', text: no },
         ],
-        texts: [`Question: ${ask}${meaning}Answer yes or no.\nAnswer:`],
+        texts: [`\nQ:${ask}${meaning}\nA:`],
       };
     }
     case 'score': {
       const levels = q.criteria.map((d, i) => `${i}: ${asText(d)}`).join('\n');
       const n = q.criteria.length;
-      const listing = detail === 'none' ? '' : `${detail === 'full' ? levels : ''}\n`;
+      const listing = detail === 'full' ? `\n${levels}` : '';
       return {
         alternatives: q.criteria.map((_, i) => ({ key: String(i), text: String(i) })),
-        texts: [`Question: ${ask}Rate from 0 (lowest) to ${n - 1} (highest).\n${listing}Answer:`],
+        texts: [`\nQ:${ask} Rate from 0 (lowest) to ${n - 1} (highest).${listing}\nA:`],
       };
     }
     case 'choice': {
@@ -71,8 +86,8 @@ export function planQuestion(q: Question, detail: Detail): QuestionPlan {
         // Evenly spaced starting points, so each option appears early in some listing.
         const start = Math.floor((r * names.length) / rotations);
         const order = [...names.slice(start), ...names.slice(0, start)];
-        const listing = detail === 'none' ? '' : `Options:\n${order.map(line).join('\n')}\n`;
-        texts.push(`Question: ${ask}${listing}Answer with one option name.\nAnswer:`);
+        const listing = detail === 'none' ? '' : `\nOptions:\n${order.map(line).join('\n')}`;
+        texts.push(`\nQ:${ask}${listing}\nA:`);
       }
       return { alternatives: names.map((n) => ({ key: n, text: n })), texts };
     }

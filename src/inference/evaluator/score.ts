@@ -1,3 +1,5 @@
+import type { BranchSpec } from '../engine-api.js';
+
 // Scoring answers of several tokens soundly. Each alternative is a token
 // sequence; its log-probability is the sum, by the chain rule, of each token's
 // log-probability given everything before it. Every distinct proper prefix of
@@ -7,26 +9,28 @@
 // a terminator so that "pos" and "positive" are told apart. The result is
 // normalised over the alternatives only.
 
-export interface BranchPlan {
-  /** Token sequences to run after the shared prefix (question tokens + a trie prefix). */
-  branches: number[][];
-  /** For each alternative, the (branch index, next token) pairs whose log-probs sum to its score. */
-  paths: Array<Array<[number, number]>>;
-}
-
-export function planBranches(question: number[], alternatives: number[][], branchesOut: number[][]): Array<Array<[number, number]>> {
-  const index = new Map<string, number>();
-  const branchFor = (prefix: number[]): number => {
+/**
+ * Lays out one question's branches: the question itself continues the shared
+ * prefix, and each trie node adds one answer token to its parent node, so no
+ * token is run twice. Returns, per alternative, the (branch, next token) pairs
+ * whose log-probabilities sum to its score.
+ */
+export function planBranches(question: number[], alternatives: number[][], out: BranchSpec[]): Array<Array<[number, number]>> {
+  const root = out.length;
+  out.push({ parent: -1, tokens: question });
+  const index = new Map<string, number>([['', root]]);
+  const nodeFor = (prefix: number[]): number => {
     const key = prefix.join(',');
     let i = index.get(key);
     if (i === undefined) {
-      i = branchesOut.length;
-      branchesOut.push([...question, ...prefix]);
+      const parent = nodeFor(prefix.slice(0, -1));
+      i = out.length;
+      out.push({ parent, tokens: [prefix[prefix.length - 1]!] });
       index.set(key, i);
     }
     return i;
   };
-  return alternatives.map((alt) => alt.map((tok, i) => [branchFor(alt.slice(0, i)), tok] as [number, number]));
+  return alternatives.map((alt) => alt.map((tok, i) => [nodeFor(alt.slice(0, i)), tok] as [number, number]));
 }
 
 export function needsTerminator(alternatives: number[][]): boolean {

@@ -114,12 +114,15 @@ describe('engine', () => {
 
   it('scores branches from one shared prefix as if each were run from scratch, counting the prefix once', async () => {
     const prefix = engine.encode(EVAL, 'The state of the world is calm today.');
-    const branches = [engine.encode(EVAL, ' Is it calm? Answer:'), engine.encode(EVAL, ' Is it loud?'), [5]];
+    const q = engine.encode(EVAL, ' Is it calm? Answer:');
+    // two roots, and a branch of the first branch (a second answer token)
+    const branches = [{ parent: -1, tokens: q }, { parent: -1, tokens: engine.encode(EVAL, ' Is it loud?') }, { parent: 0, tokens: [5] }, { parent: -1, tokens: [7] }];
+    const full = [q, branches[1]!.tokens, [...q, 5], [7]];
     const shared = await engine.scoreBranches(EVAL, { prefixTokens: prefix, branches });
-    expect(shared.processedTokens).toBe(prefix.length + branches.reduce((s, b) => s + b.length, 0));
+    expect(shared.processedTokens).toBe(prefix.length + branches.reduce((s, b) => s + b.tokens.length, 0));
     for (let i = 0; i < branches.length; i++) {
-      const b = branches[i]!;
-      const alone = await engine.scoreBranches(EVAL, { prefixTokens: [...prefix, ...b.slice(0, -1)], branches: [b.slice(-1)] });
+      const b = full[i]!;
+      const alone = await engine.scoreBranches(EVAL, { prefixTokens: [...prefix, ...b.slice(0, -1)], branches: [{ parent: -1, tokens: b.slice(-1) }] });
       const x = shared.logprobs[i]!;
       const y = alone.logprobs[0]!;
       let maxDiff = 0;

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
 import { log } from '../../log.js';
-import type { ChatMessage, GenerateEvent, GenerateRequest, ServedModel } from '../engine-api.js';
+import type { BranchSpec, ChatMessage, GenerateEvent, GenerateRequest, ServedModel } from '../engine-api.js';
 import type { InferenceEngine } from '../routes.js';
 import { defaultEngineOptions, type EngineOptions } from './options.js';
 import { Runner } from './runner.js';
@@ -109,7 +109,7 @@ export class Engine implements InferenceEngine {
     return this.get(modelId).scheduler.generate(req);
   }
 
-  scoreBranches(modelId: string, req: { prefixTokens: number[]; branches: number[][]; signal?: AbortSignal }) {
+  scoreBranches(modelId: string, req: { prefixTokens: number[]; branches: BranchSpec[]; signal?: AbortSignal }) {
     return this.get(modelId).scheduler.scoreBranches(req.prefixTokens, req.branches, req.signal);
   }
 

@@ -7,6 +7,8 @@ export interface EngineOptions {
   queueDepthMax: number;
   /** Token positions (rows x padded length) in one prefill step, so a long prompt never stalls running streams for more than a step. */
   prefillTokensPerStepMax: number;
+  /** The same bound when no stream is decoding: nothing waits on this step, so fewer, larger steps win (all 64 question branches of an evaluation in one). */
+  prefillTokensPerIdleStepMax: number;
   /** Generated tokens a stream may hold unread before its sequence pauses (a reader that stopped reading costs no memory growth). */
   pendingTokensMax: number;
 }
@@ -15,5 +17,6 @@ export const defaultEngineOptions: EngineOptions = {
   batchSizeMax: 64,
   queueDepthMax: 256,
   prefillTokensPerStepMax: 512,
+  prefillTokensPerIdleStepMax: 8192,
   pendingTokensMax: 256,
 };

@@ -1,6 +1,6 @@
 import { ApiError } from '../../errors.js';
 import { log } from '../../log.js';
-import type { GenerateEvent, GenerateRequest } from '../engine-api.js';
+import type { BranchSpec, GenerateEvent, GenerateRequest } from '../engine-api.js';
 import { engineMetrics as M } from './metrics.js';
 import type { EngineOptions } from './options.js';
 import type { Runner } from './runner.js';
@@ -31,7 +31,8 @@ interface Branch {
 }
 
 interface ScoreJob {
-  branches: number[][];
+  branches: BranchSpec[];
+  children: number[][];
   logprobs: Float32Array[];
   left: number;
   processed: number;
@@ -153,15 +154,22 @@ export class Scheduler {
   }
 
   /** Log-softmax at the last position of each branch; the prefix is prefilled once and forked. */
-  scoreBranches(prefixTokens: number[], branches: number[][], signal?: AbortSignal): Promise<{ logprobs: Float32Array[]; processedTokens: number }> {
+  scoreBranches(prefixTokens: number[], branches: BranchSpec[], signal?: AbortSignal): Promise<{ logprobs: Float32Array[]; processedTokens: number }> {
     return new Promise((resolve, reject) => {
-      if (prefixTokens.length === 0 || branches.some((b) => b.length === 0)) {
-        reject(new ApiError('invalid', 'evaluation prefix and branches must not be empty'));
+      if (prefixTokens.length === 0 || branches.length === 0 || branches.some((b, i) => b.tokens.length === 0 || b.parent >= i || b.parent < -1)) {
+        reject(new ApiError('invalid', 'evaluation prefix and branches must be non-empty and parents listed before children'));
         return;
       }
+      if (prefixTokens.length + Math.max(...branches.map((b) => this.depth(branches, b))) > this.contextLength) {
+        reject(new ApiError('invalid', `evaluation needs more than the context length of ${this.contextLength} tokens`, { param: 'state', code: 'context_length_exceeded' }));
+        return;
+      }
+      const children: number[][] = [[], ...branches.map(() => [] as number[])];
+      branches.forEach((b, i) => children[b.parent + 1]!.push(i));
       const prefix: Seq = { id: this.nextSeq++, pending: [...prefixTokens], promptLen: prefixTokens.length, cancelled: false };
       const job: ScoreJob = {
         branches,
+        children,
         logprobs: new Array(branches.length),
         left: branches.length,
         processed: prefixTokens.length,
@@ -185,6 +193,12 @@ export class Scheduler {
         reject(e);
       }
     });
+  }
+
+  private depth(branches: BranchSpec[], b: BranchSpec): number {
+    let n = 0;
+    for (let x: BranchSpec | undefined = b; x; x = x.parent >= 0 ? branches[x.parent] : undefined) n += x.tokens.length;
+    return n;
   }
 
   private paused(seq: Seq): boolean {
@@ -220,7 +234,8 @@ export class Scheduler {
         if (!decoding.length && !prefilling.length) break;
         const decode = decoding.length > 0 && (!prefilling.length || !this.lastWasDecode);
         this.lastWasDecode = decode;
-        await (decode ? this.decodeStep(decoding) : this.prefillStep(prefilling));
+        const budget = decoding.length ? this.opts.prefillTokensPerStepMax : this.opts.prefillTokensPerIdleStepMax;
+        await (decode ? this.decodeStep(decoding) : this.prefillStep(prefilling, budget));
       }
     } catch (e) {
       log.error({ err: e, model: this.modelId }, 'scheduler step failed');
@@ -258,15 +273,15 @@ export class Scheduler {
     s.cancelled = true;
   }
 
-  private async prefillStep(cands: Seq[]): Promise<void> {
+  private async prefillStep(cands: Seq[], budget: number): Promise<void> {
     // Shortest remaining first packs more rows under the budget and finishes prompts sooner.
     cands.sort((a, b) => a.pending.length - b.pending.length);
     const rows: Array<{ seq: Seq; n: number }> = [];
     let width = 0;
     for (const s of cands) {
-      const n = Math.min(s.pending.length, this.opts.prefillTokensPerStepMax);
+      const n = Math.min(s.pending.length, budget);
       const w = Math.max(width, n);
-      if (rows.length && (rows.length + 1) * w > this.opts.prefillTokensPerStepMax) break;
+      if (rows.length && (rows.length + 1) * w > budget) break;
       rows.push({ seq: s, n });
       width = w;
     }
@@ -282,24 +297,28 @@ export class Scheduler {
       } else if (seq.branch) {
         const { job, index } = seq.branch;
         job.logprobs[index] = logSoftmax(logits, b * this.vocab, this.vocab);
+        await this.forkBranches(seq, job, job.children[index + 1]!);
         seq.branch = undefined; // done: reaped next
         if (--job.left === 0) job.resolve({ logprobs: job.logprobs, processedTokens: job.processed });
       } else if (seq.prefixOf) {
-        await this.forkBranches(seq);
+        const job = seq.prefixOf;
+        M.promptTokens.inc({ model: this.modelId }, seq.promptLen);
+        await this.forkBranches(seq, job, job.children[0]!);
+        seq.prefixOf = undefined; // its KV is shared by the branches: reaped next
       }
     }
   }
 
-  private async forkBranches(prefix: Seq): Promise<void> {
-    const job = prefix.prefixOf!;
-    M.promptTokens.inc({ model: this.modelId }, prefix.promptLen);
-    const ids = job.branches.map(() => this.nextSeq++);
-    await this.runner.fork(prefix.id, ids);
-    job.branches.forEach((tokens, index) => {
+  /** Starts the given branches from `from`'s KV cache (shared, not copied). */
+  private async forkBranches(from: Seq, job: ScoreJob, indices: number[]): Promise<void> {
+    if (indices.length === 0 || job.cancelled) return;
+    const ids = indices.map(() => this.nextSeq++);
+    await this.runner.fork(from.id, ids);
+    indices.forEach((index, k) => {
+      const tokens = job.branches[index]!.tokens;
       job.processed += tokens.length;
-      this.active.add({ id: ids[index]!, pending: [...tokens], promptLen: tokens.length, branch: { job, index }, cancelled: false });
+      this.active.add({ id: ids[k]!, pending: [...tokens], promptLen: tokens.length, branch: { job, index }, cancelled: false });
     });
-    prefix.prefixOf = undefined; // its KV was copied: reaped next
   }
 
   private async decodeStep(rows: Seq[]): Promise<void> {

@@ -10,11 +10,19 @@ const port = parentPort!;
 let session: ort.InferenceSession;
 let arch: Arch;
 
+/**
+ * A sequence's cache. A fork shares its parent's first `baseLen` positions
+ * (copy-on-write: the parent's buffers are only read) and stores its own
+ * positions from there on, so forking 64 question branches off one state
+ * copies nothing.
+ */
 interface Kv {
   len: number;
   cap: number;
   k: Array<Float32Array | Uint16Array>;
   v: Array<Float32Array | Uint16Array>;
+  base?: Kv;
+  baseLen: number;
 }
 const caches = new Map<number, Kv>();
 let kvBytes = 0;
@@ -25,17 +33,31 @@ const alloc = (n: number) => (arch.kvType === 'float16' ? new Uint16Array(n) : n
 function newKv(cap: number): Kv {
   const n = arch.kvHeads * cap * arch.headDim;
   kvBytes += 2 * arch.layers * n * elemBytes();
-  return { len: 0, cap, k: Array.from({ length: arch.layers }, () => alloc(n)), v: Array.from({ length: arch.layers }, () => alloc(n)) };
+  return { len: 0, cap, k: Array.from({ length: arch.layers }, () => alloc(n)), v: Array.from({ length: arch.layers }, () => alloc(n)), baseLen: 0 };
 }
 
-function grow(kv: Kv, need: number): void {
+/** Copies the first `count` positions of head h (layer l) of a cache, parents first, to dst at dstOff. */
+function copyRange(kv: Kv, l: number, which: 'key' | 'value', h: number, count: number, dst: Float32Array | Uint16Array, dstOff: number): void {
+  const D = arch.headDim;
+  const fromBase = Math.min(count, kv.baseLen);
+  if (kv.base && fromBase > 0) copyRange(kv.base, l, which, h, fromBase, dst, dstOff);
+  const own = count - fromBase;
+  if (own > 0) {
+    const src = which === 'key' ? kv.k[l]! : kv.v[l]!;
+    dst.set(src.subarray(h * kv.cap * D, (h * kv.cap + own) * D), dstOff + fromBase * D);
+  }
+}
+
+/** Makes room for `need` positions in all (own capacity covers positions past the shared base). */
+function grow(kv: Kv, needTotal: number): void {
+  const need = needTotal - kv.baseLen;
   if (need <= kv.cap) return;
   let cap = kv.cap;
   while (cap < need) cap *= 2;
   const { kvHeads: H, headDim: D } = arch;
   const re = (old: Float32Array | Uint16Array) => {
     const n = alloc(H * cap * D);
-    for (let h = 0; h < H; h++) n.set(old.subarray(h * kv.cap * D, (h * kv.cap + kv.len) * D), h * cap * D);
+    for (let h = 0; h < H; h++) n.set(old.subarray(h * kv.cap * D, (h * kv.cap + kv.len - kv.baseLen) * D), h * cap * D);
     return n;
   };
   kvBytes += 2 * arch.layers * H * (cap - kv.cap) * D * elemBytes();
@@ -123,12 +145,12 @@ function materialize(): void {
         const dst = which === 'key' ? kv.k[l]! : kv.v[l]!;
         for (let h = 0; h < H; h++) {
           const base = (b * H + h) * P;
-          // Runs of consecutive positions copy as one block.
-          let i = 0;
+          // Runs of consecutive positions copy as one block; shared base positions are the parent's.
+          let i = kv.baseLen;
           while (i < positions.length) {
             let j = i;
             while (j + 1 < positions.length && positions[j + 1] === positions[j]! + 1) j++;
-            dst.set(src.subarray((base + positions[i]!) * D, (base + positions[j]! + 1) * D), (h * kv.cap + i) * D);
+            dst.set(src.subarray((base + positions[i]!) * D, (base + positions[j]! + 1) * D), (h * kv.cap + i - kv.baseLen) * D);
             i = j + 1;
           }
         }
@@ -183,9 +205,8 @@ async function step(rows: StepRow[]): Promise<Float32Array> {
         const buf = alloc(B * H * P * D);
         for (let b = 0; b < B; b++) {
           const kv = kvs[b]!;
-          const src = which === 'key' ? kv.k[l]! : kv.v[l]!;
           const pad = P - kv.len;
-          for (let h = 0; h < H; h++) buf.set(src.subarray(h * kv.cap * D, (h * kv.cap + kv.len) * D), ((b * H + h) * P + pad) * D);
+          for (let h = 0; h < H; h++) copyRange(kv, l, which, h, kv.len, buf, ((b * H + h) * P + pad) * D);
         }
         feeds[`past_key_values.${l}.${which}`] = new ort.Tensor(arch.kvType, buf, [B, H, P, D]);
       }
@@ -214,12 +235,10 @@ function fork(from: number, to: number[]): void {
   const src = caches.get(from);
   if (!src) throw new Error(`fork: sequence ${from} has no cache`);
   for (const t of to) {
-    const kv = newKv(src.cap);
+    const kv = newKv(16);
+    kv.base = src;
+    kv.baseLen = src.len;
     kv.len = src.len;
-    for (let l = 0; l < arch.layers; l++) {
-      kv.k[l]!.set(src.k[l]!);
-      kv.v[l]!.set(src.v[l]!);
-    }
     caches.set(t, kv);
   }
 }
