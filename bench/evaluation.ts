@@ -15,8 +15,13 @@ const STATE =
   'Lily was a little girl who loved to play in the park. One day she saw a big red ball under a tree. She ran to the ball and kicked it high into the sky. ' +
   'Her friend Tom laughed and clapped his hands. They played together until the sun went down, and then they walked home, tired and happy. ';
 
+// Short yes/no questions about the story, as a grader would ask them.
+const SUBJECTS = ['Lily', 'Tom', 'the ball', 'the tree', 'the park', 'the sun', 'the sky', 'the girl'];
+const TRAITS = ['happy', 'sad', 'red', 'big', 'tired', 'little', 'loud', 'kind'];
 const questions = (n: number) =>
-  Object.fromEntries(Array.from({ length: n }, (_, i) => [`q${i}`, { type: 'boolean', instructions: `Is statement ${i} about the story true?` }]));
+  Object.fromEntries(
+    Array.from({ length: n }, (_, i) => [`q${i}`, { type: 'boolean', instructions: `Is ${SUBJECTS[i % 8]} ${TRAITS[Math.floor(i / 8) % 8]}?` }]),
+  );
 
 async function main() {
   const env: Record<string, string> = {};
