@@ -24,6 +24,11 @@ export interface GenerateRequest {
   seed?: number;
   stop: string[];
   signal?: AbortSignal;
+  /**
+   * Called exactly once when the sequence ends (finished, cancelled or failed)
+   * with the tokens really run: billing uses this, not what a client read.
+   */
+  onEnd?: (usage: { promptTokens: number; completionTokens: number }) => void;
 }
 
 export type GenerateEvent =

@@ -48,30 +48,36 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
   const stop = req.stop == null ? [] : typeof req.stop === 'string' ? [req.stop] : req.stop;
   const admission = await policies.admit(ctx, model, promptTokens.length + maxTokens);
   const usage: Usage = { inputTokens: 0, outputTokens: 0 };
-  const events = engine.generate(model.id, {
-    promptTokens,
-    maxTokens,
-    temperature: req.temperature ?? 1,
-    topP: req.top_p ?? 1,
-    seed: req.seed ?? undefined,
-    stop,
-    signal: ctx.signal,
-  });
+  let events: AsyncGenerator<GenerateEvent>;
+  try {
+    events = engine.generate(model.id, {
+      promptTokens,
+      maxTokens,
+      temperature: req.temperature ?? 1,
+      topP: req.top_p ?? 1,
+      seed: req.seed ?? undefined,
+      stop,
+      signal: ctx.signal,
+      // The engine reports what was really run, cancelled requests included: that is what is billed.
+      onEnd: (u) => admission.settle({ inputTokens: u.promptTokens, outputTokens: u.completionTokens }),
+    });
+  } catch (e) {
+    admission.settle({ inputTokens: 0, outputTokens: 0 });
+    throw e;
+  }
   const id = `chatcmpl-${randomUUID().replace(/-/g, '')}`;
   const created = Math.floor(Date.now() / 1000);
   const headers = { ...admission.headers, 'x-inference-id': id };
   try {
     if (req.stream) {
-      await streamChat(ctx, events, { id, created, model: model.id, promptTokens: promptTokens.length, includeUsage: req.stream_options?.include_usage === true }, headers, usage);
+      await streamChat(ctx, events, { id, created, model: model.id, includeUsage: req.stream_options?.include_usage === true }, headers, usage);
       return undefined;
     }
     let text = '';
     let finish: FinishReason = 'stop';
     for await (const ev of events) {
-      if (ev.type === 'delta') {
-        text += ev.text;
-        countDelta(usage, ev.tokenIds.length, promptTokens.length);
-      } else {
+      if (ev.type === 'delta') text += ev.text;
+      else {
         usage.inputTokens = ev.promptTokens;
         usage.outputTokens = ev.completionTokens;
         if (ev.finishReason === 'cancelled') throw new ApiError('timeout', 'generation was cancelled before it finished');
@@ -89,14 +95,14 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
     };
     return { body, headers };
   } finally {
-    admission.settle(usage);
+    await events.return(undefined);
   }
 }
 
 async function streamChat(
   ctx: Ctx,
   events: AsyncGenerator<GenerateEvent>,
-  meta: { id: string; created: number; model: string; promptTokens: number; includeUsage: boolean },
+  meta: { id: string; created: number; model: string; includeUsage: boolean },
   headers: Record<string, string>,
   usage: Usage,
 ): Promise<void> {
@@ -116,7 +122,6 @@ async function streamChat(
     if (!(await sse.send(chunk({ role: 'assistant', content: '' }, null)))) return;
     for await (const ev of events) {
       if (ev.type === 'delta') {
-        countDelta(usage, ev.tokenIds.length, meta.promptTokens);
         if (ev.text && !(await sse.send(chunk({ content: ev.text }, null)))) return; // client gone: finally cancels
         continue;
       }
@@ -144,14 +149,4 @@ async function streamChat(
     await events.return(undefined);
     if (!ctx.aborted && ctx.responded) ctx.endStream();
   }
-}
-
-/**
- * Usage as tokens arrive, so a request cancelled mid-stream is billed for what
- * it used: the prompt once its first token exists, and every token made.
- * The engine's final event, when it comes, replaces these with exact counts.
- */
-function countDelta(usage: Usage, tokens: number, promptTokens: number): void {
-  usage.inputTokens = promptTokens;
-  usage.outputTokens += tokens;
 }

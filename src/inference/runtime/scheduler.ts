@@ -201,12 +201,28 @@ export class Scheduler {
     return n;
   }
 
+  /** Ends a generation once: a final event for its reader and its usage for billing. */
+  private end(s: Seq, finishReason: 'stop' | 'length' | 'cancelled'): void {
+    const g = s.gen!;
+    if (g.finished) return;
+    g.finished = true;
+    const promptTokens = g.produced > 0 ? s.promptLen : s.promptLen - s.pending.length;
+    g.queue.push({ type: 'done', finishReason, promptTokens, completionTokens: g.produced });
+    g.wake?.();
+    try {
+      g.req.onEnd?.({ promptTokens, completionTokens: g.produced });
+    } catch (e) {
+      log.error({ err: e }, 'onEnd callback failed');
+    }
+  }
+
   private paused(seq: Seq): boolean {
     return !!seq.gen && seq.gen.queue.length >= this.opts.pendingTokensMax;
   }
 
   private cancel(seq: Seq): void {
     if (seq.cancelled) return;
+    if (seq.gen) this.end(seq, 'cancelled');
     seq.cancelled = true;
     const w = this.waiting.indexOf(seq);
     if (w >= 0) {
@@ -264,11 +280,7 @@ export class Scheduler {
 
   private fail(s: Seq, e: unknown): void {
     const err = e instanceof ApiError ? e : new ApiError('internal', 'model step failed');
-    if (s.gen && !s.gen.finished) {
-      s.gen.finished = true;
-      s.gen.queue.push({ type: 'done', finishReason: 'cancelled', promptTokens: s.promptLen, completionTokens: s.gen.produced });
-      s.gen.wake?.();
-    }
+    if (s.gen) this.end(s, 'cancelled');
     (s.prefixOf ?? s.branch?.job)?.reject(err);
     s.cancelled = true;
   }
@@ -290,9 +302,10 @@ export class Scheduler {
     for (let b = 0; b < rows.length; b++) {
       const { seq, n } = rows[b]!;
       seq.pending.splice(0, n);
+      // Counted per chunk: a prompt cancelled half-way was half run, and is billed so.
+      if (!seq.cancelled) M.promptTokens.inc({ model: this.modelId }, n);
       if (seq.pending.length > 0 || seq.cancelled) continue;
       if (seq.gen) {
-        M.promptTokens.inc({ model: this.modelId }, seq.promptLen);
         this.emitToken(seq, logits, b);
       } else if (seq.branch) {
         const { job, index } = seq.branch;
@@ -302,7 +315,6 @@ export class Scheduler {
         if (--job.left === 0) job.resolve({ logprobs: job.logprobs, processedTokens: job.processed });
       } else if (seq.prefixOf) {
         const job = seq.prefixOf;
-        M.promptTokens.inc({ model: this.modelId }, seq.promptLen);
         await this.forkBranches(seq, job, job.children[0]!);
         seq.prefixOf = undefined; // its KV is shared by the branches: reaped next
       }
@@ -355,11 +367,10 @@ export class Scheduler {
         const rest = g.stop.flush();
         if (rest) g.queue.push({ type: 'delta', text: rest, tokenIds: [] });
       }
-      g.finished = true;
-      g.queue.push({ type: 'done', finishReason: finish, promptTokens: s.promptLen, completionTokens: g.produced });
+      this.end(s, finish);
     } else {
       s.pending = [tok];
+      g.wake?.();
     }
-    g.wake?.();
   }
 }
