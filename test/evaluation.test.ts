@@ -40,17 +40,22 @@ describe('evaluations through the AI SDK gateway client', () => {
     expect(a.status).toBe(200);
     expect(a.headers.get('x-inference-id')).toMatch(/^eval-/);
     const b = await call('inference', 'POST', '/api/v1/evaluations', { key, body });
-    expect(b.body.answers).toEqual(a.body.answers);
+    // Equal up to float rounding: other test files may share the batch, and a batch's shape changes the
+    // summation order of the matrix kernels in the last bits.
+    const same = (x: any, y: any) => {
+      for (const id of Object.keys(questions)) {
+        expect(y[id].type).toBe(x[id].type);
+        if (x[id].type === 'boolean') expect(y[id].probability).toBeCloseTo(x[id].probability, 5);
+        else for (const k of Object.keys(x[id].probabilities)) expect(y[id].probabilities[k]).toBeCloseTo(x[id].probabilities[k], 5);
+        if (x[id].type === 'choice') expect(y[id].choice).toBe(x[id].choice);
+      }
+    };
+    same(a.body.answers, b.body.answers);
     const others = Array.from({ length: 6 }, (_, i) =>
       call('inference', 'POST', '/api/v1/evaluations', { key, body: { ...body, state: `other state ${i} `.repeat(i + 1) } }),
     );
     const [c] = await Promise.all([call('inference', 'POST', '/api/v1/evaluations', { key, body }), ...others]);
-    for (const id of Object.keys(questions)) {
-      const x = a.body.answers[id];
-      const y = c!.body.answers[id];
-      if (x.type === 'boolean') expect(y.probability).toBeCloseTo(x.probability, 5);
-      else for (const k of Object.keys(x.probabilities)) expect(y.probabilities[k]).toBeCloseTo(x.probabilities[k], 5);
-    }
+    same(a.body.answers, c!.body.answers);
   });
 
   it('takes the model from ai-model-id on the gateway path and refuses a chat model with invalid_model', async () => {

@@ -32,7 +32,7 @@ describe('rate limits', () => {
   it('counts tokens: prompt plus max_tokens are reserved at admission', async () => {
     const u = await newUser(['inference:use'], { tokensPerMinute: 200 });
     await fund(u.userId, 100_000);
-    const r = await call('inference', 'POST', '/api/v1/chat/completions', { key: u.key, body: chatBody({ max_tokens: 500 }) });
+    const r = await call('inference', 'POST', '/api/v1/chat/completions', { key: u.key, body: chatBody({ max_tokens: 300 }) });
     expect(r.status).toBe(429);
     expect(r.body.error.message).toContain('200 tokens per minute');
   });
@@ -87,12 +87,10 @@ describe('quota and team billing', () => {
       headers: { 'x-service-team-id': team.id },
     });
     expect(yes.status).toBe(200);
-    let balance = 10;
-    for (let i = 0; i < 40 && balance === 10; i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      const w = await call('platform', 'GET', `/api/v1/billing/wallet?teamId=${team.id}`, { key: u.key });
-      balance = w.body.balance_usd;
-    }
-    expect(balance).toBeLessThan(10);
+    // Tokens are attributed to the team (the ledger arithmetic itself is checked in charging.test.ts,
+    // with prices high enough to move whole units).
+    const m = await call('platform', 'GET', '/metrics');
+    const line = (m.body as string).split('\n').find((l) => l.startsWith('inference_team_tokens_total{') && l.includes(`team="${team.id}"`) && l.includes('direction="input"'));
+    expect(Number(line?.split(' ').pop())).toBe(yes.body.usage.prompt_tokens);
   });
 });

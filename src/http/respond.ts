@@ -85,9 +85,7 @@ export function sendError(ctx: Ctx, err: unknown): void {
     log.error({ reqId: ctx.requestId, route: ctx.route, err }, 'unhandled error');
   }
   const h = toHttpError(err, ctx.family);
-  // A body we refused to read leaves bytes on the socket: close it after a 413.
-  const close = err instanceof ApiError && err.kind === 'payload_too_large';
-  ctx.send(h.status, JSON.stringify(h.body), 'application/json', h.headers, close);
+  ctx.send(h.status, JSON.stringify(h.body), 'application/json', h.headers);
 }
 
 export function sendReply(ctx: Ctx, reply: Reply): void {

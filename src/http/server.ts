@@ -22,6 +22,9 @@ const duration = histogram({
 });
 
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+// After a 413 the rest of the body is read and dropped, so the client gets to read
+// our answer instead of a reset; past this many bytes we stop paying for its upload.
+const DRAIN_BYTES_MAX = 64 * 1024 * 1024;
 const EMPTY = Buffer.alloc(0);
 // Client-supplied request ids are kept when they are short and plain, so traces join up.
 const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -116,27 +119,30 @@ export class HttpServer {
     const tooLarge = (n: string) =>
       new ApiError('payload_too_large', `request body of ${n} bytes is over this route's limit of ${limit} bytes`, { param: 'body' });
     const declared = Number(ctx.header('content-length') ?? NaN);
-    if (declared > limit) {
-      ctx.bodyFail(tooLarge(String(declared)));
-      return tooLarge(String(declared));
-    }
     const chunks: Buffer[] = [];
     let size = 0;
-    let over = false;
+    let over = declared > limit;
     ctx.res.onData((ab, isLast) => {
-      if (over) return;
       size += ab.byteLength;
+      if (over) {
+        if (size > DRAIN_BYTES_MAX && !ctx.aborted) ctx.res.close();
+        return;
+      }
       if (size > limit) {
         over = true;
         const err = tooLarge(`more than ${limit}`);
         ctx.bodyFail(err);
-        sendError(ctx, err); // closes the connection: we will not read the rest
+        sendError(ctx, err);
         return;
       }
       // uWS reuses the chunk's memory after this callback: copy it.
       chunks.push(Buffer.from(new Uint8Array(ab)));
       if (isLast) ctx.bodyDone(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
     });
+    if (over) {
+      ctx.bodyFail(tooLarge(String(declared)));
+      return tooLarge(String(declared));
+    }
     return undefined;
   }
 

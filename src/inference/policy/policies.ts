@@ -25,6 +25,9 @@ class TtlCache<V> {
     this.m.set(key, { v, at: now });
     return v;
   }
+  delete(key: string): void {
+    this.m.delete(key);
+  }
   adjust(key: string, f: (v: V) => V): void {
     const hit = this.m.get(key);
     if (hit) hit.v = f(hit.v);
@@ -66,10 +69,13 @@ export class GatewayPolicies implements Policies {
     const now = this.clock();
     const teamId = ctx.header('x-service-team-id')?.trim() || null;
     if (teamId) {
-      const member = await this.members.get(`${teamId}\u0000${p.userId}`, now, async () => {
+      // Only memberships are cached: a user just added to a team is let in on the next request.
+      const key = `${teamId}\u0000${p.userId}`;
+      const member = await this.members.get(key, now, async () => {
         const r = await this.sql`SELECT 1 FROM team_members WHERE team_id = ${teamId} AND user_id = ${p.userId}`;
         return r.length > 0;
       });
+      if (!member) this.members.delete(key);
       if (!member) {
         throw new ApiError('forbidden', `X-Service-Team-ID names team ${JSON.stringify(teamId)}, which this API key's user is not a member of`, {
           param: 'x-service-team-id',
