@@ -69,6 +69,16 @@ describe('pod create', () => {
     expect(ready.body.resources).toEqual({ memory: '64', disk: '300', vcpus: '16', shared_disk: null });
   });
 
+  it('reads back the same record it created (stored list form: resources as strings under shared_disk)', async () => {
+    const u = await funded();
+    const p = await place({ gpusPerNode: 2, extra: { provisioningTime: 100 } });
+    const created = (await post(u.key, '/api/v1/pods', p.body({ diskSize: 250, memory: 16 }))).body;
+    const read = (await get(u.key, `/api/v1/pods/${created.id}`)).body;
+    expect(read).toEqual({ ...created, resources: { memory: '16', disk: '250', vcpus: '16', shared_disk: null } });
+    const listed = (await get(u.key, '/api/v1/pods')).body.data[0];
+    expect(listed).toEqual(read);
+  });
+
   it('accepts explicit nulls, extra keys and both slash forms (what real clients send)', async () => {
     const u = await funded();
     const p = await place({ gpusPerNode: 2 });

@@ -173,11 +173,30 @@ export async function listDiskOffers(sql: Sql, f: DiskFilters, page: number, pag
   return { items: rows.map(diskOfferRecord), totalCount };
 }
 
+/**
+ * Offer definitions (not capacity) change only by import, so pod creation reads
+ * them from memory for this long; an import in this process clears them at once,
+ * another daemon on the same database sees the change within the TTL.
+ */
+const OFFER_CACHE_TTL_MS = 5000;
+/** Bounds the cache: cloudIds come from request bodies, and most are not real. */
+const OFFER_CACHE_ENTRIES_MAX = 10_000;
+const offerCache = new Map<string, { rows: readonly GpuOfferRow[]; until: number }>();
+
+export function forgetOffers(): void {
+  offerCache.clear();
+}
+
 /** The offers a create-pod body can mean: one cloudId, in one or several data centers and GPU counts. */
-export async function findGpuOffers(sql: Sql, cloudId: string): Promise<GpuOfferRow[]> {
-  return sql<GpuOfferRow[]>`
+export async function findGpuOffers(sql: Sql, cloudId: string): Promise<readonly GpuOfferRow[]> {
+  const hit = offerCache.get(cloudId);
+  if (hit && hit.until > Date.now()) return hit.rows;
+  const rows = await sql<GpuOfferRow[]>`
     SELECT o.*, dc.region, dc.country, p.max_disks_per_pod, p.driver
     FROM gpu_offers o JOIN data_centers dc ON dc.id = o.data_center_id JOIN providers p ON p.id = o.provider_id
     WHERE o.cloud_id = ${cloudId} AND o.active
     ORDER BY o.id`;
+  if (offerCache.size >= OFFER_CACHE_ENTRIES_MAX) offerCache.delete(offerCache.keys().next().value!);
+  offerCache.set(cloudId, { rows: [...rows], until: Date.now() + OFFER_CACHE_TTL_MS });
+  return rows;
 }

@@ -8,6 +8,7 @@ import type { CreateDiskBody } from './protocol.js';
 import { isMember } from './teams.js';
 import { log } from '../log.js';
 import type { Providers } from './providers/index.js';
+import { refreshDocs } from './pods.js';
 
 // Network disks (SPEC 2.4, 3.1, 4.3): created from a disk offer's storage pool,
 // billed from creation to termination, attachable to pods in their data center.
@@ -212,8 +213,11 @@ export async function forceTerminateDisk(sql: Sql, providers: Providers, id: str
     if (!row) throw notFound('disk', id);
     if (row.status === 'TERMINATED') throw conflict(`disk ${id} is already TERMINATED`, 'status');
     const now = new Date();
-    await tx`UPDATE pod_disks SET detached_at = ${now} WHERE disk_id = ${id} AND (detached_at IS NULL OR detached_at > ${now})`;
+    const held = await tx<{ pod_id: string }[]>`
+      UPDATE pod_disks SET detached_at = ${now} WHERE disk_id = ${id} AND (detached_at IS NULL OR detached_at > ${now}) RETURNING pod_id`;
     await terminate(tx, row, now);
+    // Live pods that held it no longer list it.
+    await refreshDocs(tx, held.map((h) => h.pod_id));
     return row;
   });
   void terminateAtProvider(providers, d);

@@ -4,6 +4,7 @@ import { newId } from '../ids.js';
 import { iso } from './common.js';
 import { normaliseSpec } from './pricing.js';
 import type { Catalog } from './protocol.js';
+import { forgetOffers } from './availability.js';
 
 // Inventory rows: import (the seed and the admin import), contract node detach,
 // assignment bulk delete and status changes, and the audit trail they leave.
@@ -27,7 +28,7 @@ export interface MutationResult {
   [extra: string]: unknown;
 }
 
-function result(operationId: string, message: string, extra: Partial<MutationResult> = {}): MutationResult {
+function mutation(operationId: string, message: string, extra: Partial<MutationResult> = {}): MutationResult {
   return { operationId, message, targetId: null, targetName: null, created: 0, updated: 0, assigned: 0, detached: 0, retired: 0, ...extra };
 }
 
@@ -202,13 +203,16 @@ export async function importCatalog(tx: Tx, c: Catalog, mode: 'keep' | 'update')
 
 /** Admin import: the catalog rows plus an audit entry. */
 export async function adminImport(sql: Sql, c: Catalog, actor: Actor): Promise<MutationResult> {
-  return sql.begin(async (tx) => {
+  const result = await sql.begin(async (tx) => {
     const operationId = newId();
     const r = await importCatalog(tx, c, 'update');
     const counts = Object.fromEntries(Object.entries(c).map(([k, v]) => [k, Array.isArray(v) ? v.length : 0]));
     await audit(tx, operationId, 'import', actor, null, { counts });
-    return result(operationId, `imported ${r.created + r.updated} rows (${r.created} created, ${r.updated} updated)`, r);
+    return mutation(operationId, `imported ${r.created + r.updated} rows (${r.created} created, ${r.updated} updated)`, r);
   });
+  // After commit, so no reader can cache the old definitions again meanwhile.
+  forgetOffers();
+  return result;
 }
 
 /** Ends the nodes' contract membership and their cluster assignments; rows stay as history. */
@@ -225,7 +229,7 @@ export async function detachContractNodes(sql: Sql, contractId: string, nodeIds:
     const operationId = newId();
     if (opts.dryRun) {
       const [live] = await tx<{ n: number }[]>`SELECT count(*)::int AS n FROM cluster_assignments WHERE node_id = ANY(${held}) AND ended_at IS NULL`;
-      return result(operationId, `dry run: would detach ${held.length} nodes and end ${live!.n} assignments`, {
+      return mutation(operationId, `dry run: would detach ${held.length} nodes and end ${live!.n} assignments`, {
         targetId: contract.id,
         targetName: contract.name,
         detached: held.length,
@@ -246,7 +250,7 @@ export async function detachContractNodes(sql: Sql, contractId: string, nodeIds:
       endedAssignmentIds: ended.map((r) => r.id),
       notInContract,
     });
-    return result(operationId, `detached ${held.length} nodes from contract ${contract.name}; ended ${ended.length} assignments`, {
+    return mutation(operationId, `detached ${held.length} nodes from contract ${contract.name}; ended ${ended.length} assignments`, {
       targetId: contract.id,
       targetName: contract.name,
       detached: held.length,
@@ -305,7 +309,7 @@ export async function bulkDeleteAssignments(sql: Sql, ids: string[], expectedSta
     if (notFoundIds.length) parts.push(`${notFoundIds.length} not found`);
     return {
       complete: refused.length === 0 && notFoundIds.length === 0,
-      result: result(operationId, parts.join('; '), {
+      result: mutation(operationId, parts.join('; '), {
         deleted: doomed.length,
         refused: refused.map((r) => ({ id: r.id, status: r.status, reason: `status is ${r.status}, expected one of ${[...expected!].join(', ')}` })),
         notFound: notFoundIds,

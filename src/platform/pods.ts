@@ -167,6 +167,20 @@ const attachedJson = (sql: Sql | Tx) => sql`
             FROM pod_disks pd JOIN disks d ON d.id = pd.disk_id
             WHERE pd.pod_id = p.id AND pd.detached_at IS NULL), '[]') AS attached`;
 
+/** The stored list-form record of a pod (pods.doc), as the list and get routes send it. */
+const docOf = (p: PodRow): string => JSON.stringify(podRecord(p, 'list'));
+
+/**
+ * Rewrites pods.doc from the rows as they are now in this transaction. Every
+ * change to a pod or its attachments calls this before it commits.
+ */
+export async function refreshDocs(tx: Tx, podIds: string[]): Promise<void> {
+  if (!podIds.length) return;
+  const rows = await tx<PodRow[]>`SELECT p.*, ${attachedJson(tx)} FROM pods p WHERE p.id = ANY(${podIds})`;
+  const docs = rows.map((r) => ({ id: r.id, doc: docOf(r) }));
+  await tx`UPDATE pods p SET doc = v.doc FROM jsonb_to_recordset(${tx.json(docs as never)}::jsonb) AS v(id text, doc text) WHERE p.id = v.id`;
+}
+
 // ---- create ----
 
 interface ValidDisk {
@@ -175,7 +189,7 @@ interface ValidDisk {
   isShared: boolean;
 }
 
-function pickOffer(all: GpuOfferRow[], pod: CreatePodBody['pod']): GpuOfferRow {
+function pickOffer(all: readonly GpuOfferRow[], pod: CreatePodBody['pod']): GpuOfferRow {
   if (!all.length) throw invalid('pod.cloudId', 'matches no offer; copy it from an availability offer', pod.cloudId);
   const offers = pod.dataCenterId ? all.filter((o) => o.data_center_id === pod.dataCenterId) : all;
   if (!offers.length) {
@@ -280,9 +294,56 @@ export async function createPod(sql: Sql, userId: string, b: CreatePodBody) {
   const now = new Date();
   const prepaidHours = offer.prepaid_hours ?? 0;
   const prepaidUntil = prepaidHours > 0 ? new Date(now.getTime() + prepaidHours * 3_600_000) : null;
-  const row = await sql.begin(async (tx) => {
+  // The record as it will be stored; the node and its cluster come from the reservation.
+  const draft: PodRow = {
+    id,
+    user_id: userId,
+    team_id: teamId,
+    wallet_id: walletId,
+    name: pod.name || `pod-${id.slice(0, 8)}`,
+    provider_id: offer.provider_id,
+    provider_ref: null,
+    offer_id: offer.id,
+    node_id: '',
+    data_center_id: offer.data_center_id,
+    country: offer.country,
+    cloud_id: offer.cloud_id,
+    security: offer.security,
+    cluster_id: null,
+    type: 'HOSTED',
+    status: 'PROVISIONING',
+    installation_status: 'PENDING',
+    installation_failure: null,
+    installation_progress: 0,
+    gpu_name: offer.gpu_type,
+    gpu_count: offer.gpu_count,
+    socket: offer.socket,
+    price_hr_units: price.priceHrUnits,
+    stopped_price_hr_units: price.stoppedPriceHrUnits,
+    provisioning_price_hr_units: price.provisioningPriceHrUnits,
+    environment_type: image,
+    custom_template_id: pod.customTemplateId ?? null,
+    port_mapping: [],
+    ssh_connection: null,
+    ip: null,
+    vcpus: counts.vcpus,
+    memory_gb: counts.memory,
+    disk_gb: counts.disk,
+    shared_disk_gb: null,
+    is_spot: offer.is_spot,
+    auto_restart: pod.autoRestart ?? null,
+    shared_with_team: share.withTeam,
+    prepaid_until: prepaidUntil,
+    provisioning_minutes: offer.provisioning_minutes ?? 0,
+    created_at: now,
+    updated_at: now,
+    active_at: null,
+    terminated_at: null,
+  };
+  await sql.begin(async (tx) => {
     await requireFunded(tx, walletId, 'a pod');
     const disks = await lockDisks(tx, userId, diskIds, offer);
+    draft.attached = disks.map((d, i) => ({ id: d.id, status: 'UNATTACHED', mountPath: mountPathFor(i), size: d.size, isShared: d.isShared }));
     if (prepaidUntil) {
       // Prepaid hours are charged at order (SPEC 2.2 prepaidTime) and the meter starts after them.
       await postTransaction(tx, {
@@ -302,10 +363,12 @@ export async function createPod(sql: Sql, userId: string, b: CreatePodBody) {
       ratePerHrUsd: usd(price.provisioningPriceHrUnits)!,
       at: prepaidUntil ?? now,
     });
-    // Reservation and insert in one statement, last before commit: the node row
-    // lock is held for as short a time as possible. Two orders for the last GPU
-    // queue on that lock; the second re-reads the row, finds no room, inserts nothing.
-    const [p] = await tx<PodRow[]>`
+    // Reservation and insert in one statement, last but for attachments before
+    // commit: the node row lock is held as briefly as possible. Two orders for
+    // the last GPU queue on that lock; the second re-reads the row, finds no
+    // room, and inserts nothing. The stored record gets the node's cluster
+    // spliced in: JSON.stringify writes exactly `"clusterId":null` for it.
+    const [placed] = await tx<{ node_id: string; cluster_id: string | null }[]>`
       WITH pick AS (
         SELECT id FROM nodes
         WHERE data_center_id = ${offer.data_center_id} AND gpu_type = ${offer.gpu_type} AND socket = ${offer.socket}
@@ -323,22 +386,25 @@ export async function createPod(sql: Sql, userId: string, b: CreatePodBody) {
                         cluster_id, status, installation_status, installation_progress, gpu_name, gpu_count, socket, price_hr_units,
                         stopped_price_hr_units, provisioning_price_hr_units, environment_type, custom_template_id, vcpus, memory_gb, disk_gb,
                         shared_disk_gb, is_spot, auto_restart, shared_with_team, max_price_units, provisioning_minutes, prepaid_until,
-                        next_poll_at, created_at, updated_at)
-      SELECT ${id}, ${userId}, ${teamId}, ${walletId}, ${pod.name || `pod-${id.slice(0, 8)}`}, ${offer.provider_id}, ${offer.id}, reserved.id,
+                        next_poll_at, created_at, updated_at, doc)
+      SELECT ${id}, ${userId}, ${teamId}, ${walletId}, ${draft.name}, ${offer.provider_id}, ${offer.id}, reserved.id,
              ${offer.data_center_id}, ${offer.country}, ${offer.cloud_id}, ${offer.security}, reserved.cluster_id, 'PROVISIONING', 'PENDING', 0,
              ${offer.gpu_type}, ${offer.gpu_count}, ${offer.socket}, ${price.priceHrUnits}, ${price.stoppedPriceHrUnits},
-             ${price.provisioningPriceHrUnits}, ${image}, ${pod.customTemplateId ?? null}, ${counts.vcpus}, ${counts.memory}, ${counts.disk},
-             ${null}, ${offer.is_spot}, ${pod.autoRestart ?? null}, ${share.withTeam},
-             ${pod.maxPrice == null ? null : Math.round(pod.maxPrice * 10_000)}, ${offer.provisioning_minutes ?? 0}, ${prepaidUntil},
-             ${now}, ${now}, ${now}
+             ${price.provisioningPriceHrUnits}, ${image}, ${draft.custom_template_id}, ${counts.vcpus}, ${counts.memory}, ${counts.disk},
+             ${null}, ${offer.is_spot}, ${draft.auto_restart}, ${share.withTeam},
+             ${pod.maxPrice == null ? null : Math.round(pod.maxPrice * 10_000)}, ${draft.provisioning_minutes}, ${prepaidUntil},
+             ${now}, ${now}, ${now},
+             replace(${docOf(draft)}::text, '"clusterId":null', '"clusterId":' || COALESCE(to_json(reserved.cluster_id)::text, 'null'))
       FROM reserved
-      RETURNING *`;
-    if (!p) {
+      RETURNING node_id, cluster_id`;
+    if (!placed) {
       throw conflict(
         `no capacity left for ${offer.gpu_count} x ${offer.gpu_type} in ${offer.data_center_id}: another order took it; read availability again`,
         'pod.cloudId',
       );
     }
+    draft.node_id = placed.node_id;
+    draft.cluster_id = placed.cluster_id;
     if (disks.length) {
       const rows = disks.map((d, i) => ({ pod_id: id, disk_id: d.id, position: i, status: 'UNATTACHED', mount_path: mountPathFor(i) }));
       await tx`INSERT INTO pod_disks ${tx(rows, 'pod_id', 'disk_id', 'position', 'status', 'mount_path')}`;
@@ -347,33 +413,27 @@ export async function createPod(sql: Sql, userId: string, b: CreatePodBody) {
       const rows = share.userIds.filter((u) => u !== userId).map((u) => ({ pod_id: id, user_id: u }));
       if (rows.length) await tx`INSERT INTO pod_shares ${tx(rows, 'pod_id', 'user_id')}`;
     }
-    p.attached = disks.map((d, i) => ({ id: d.id, status: 'UNATTACHED', mountPath: mountPathFor(i), size: d.size, isShared: d.isShared }));
-    return p;
   });
-  return podRecord(row, 'create');
+  return podRecord(draft, 'create');
 }
 
 // ---- reads ----
 
-const POD_COLUMNS = (sql: Sql | Tx) => sql`p.*, ${attachedJson(sql)}`;
-
-export async function listPods(sql: Sql, userId: string, page: Page) {
-  // The three ways to see a pod, each on its own index, then one page of them.
-  const rows = await sql<PodRow[]>`
-    WITH v AS (
-      SELECT id FROM pods WHERE user_id = ${userId} AND terminated_at IS NULL
-      UNION
-      SELECT p.id FROM team_members m JOIN pods p ON p.team_id = m.team_id AND p.shared_with_team AND p.terminated_at IS NULL
-      WHERE m.user_id = ${userId}
-      UNION
-      SELECT s.pod_id FROM pod_shares s JOIN pods p ON p.id = s.pod_id AND p.terminated_at IS NULL WHERE s.user_id = ${userId}
-    )
-    SELECT ${POD_COLUMNS(sql)}, (SELECT count(*) FROM v)::int AS total_count
-    FROM pods p JOIN v ON v.id = p.id
+/** One page of the pods the caller may see, newest first, as response text made of the stored records. */
+export async function listPods(sql: Sql, userId: string, page: Page): Promise<string> {
+  // One scan: the caller's own pods, pods shared with their teams, pods shared with them by id
+  // (a bitmap OR over three indexes), counted by a window over the same scan.
+  const rows = await sql<{ doc: string; total: number }[]>`
+    SELECT p.doc, count(*) OVER ()::int AS total
+    FROM pods p
+    WHERE p.terminated_at IS NULL
+      AND (p.user_id = ${userId}
+           OR (p.shared_with_team AND p.team_id = ANY(ARRAY(SELECT team_id FROM team_members WHERE user_id = ${userId})))
+           OR p.id = ANY(ARRAY(SELECT pod_id FROM pod_shares WHERE user_id = ${userId})))
     ORDER BY p.created_at DESC, p.id
     LIMIT ${page.limit} OFFSET ${page.offset}`;
-  const total = rows[0]?.total_count ?? (page.offset > 0 ? await countLive(sql, userId) : 0);
-  return { total_count: total, offset: page.offset, limit: page.limit, data: rows.map((r) => podRecord(r, 'list')), status: 'success' };
+  const total = rows[0]?.total ?? (page.offset > 0 ? await countLive(sql, userId) : 0);
+  return `{"total_count":${total},"offset":${page.offset},"limit":${page.limit},"data":[${rows.map((r) => r.doc).join(',')}],"status":"success"}`;
 }
 
 async function countLive(sql: Sql, userId: string): Promise<number> {
@@ -381,12 +441,12 @@ async function countLive(sql: Sql, userId: string): Promise<number> {
   return c!.n;
 }
 
-/** A live pod the caller may read; anything else (unknown, foreign, terminated) is 404. */
-export async function getPod(sql: Sql, userId: string, id: string) {
-  const [p] = await sql<PodRow[]>`
-    SELECT ${POD_COLUMNS(sql)} FROM pods p WHERE p.id = ${id} AND p.terminated_at IS NULL AND ${podVisible(sql, userId)}`;
-  if (!p) throw notFound('pod', id);
-  return podRecord(p, 'list');
+/** A live pod the caller may read, as response text; anything else (unknown, foreign, terminated) is 404. */
+export async function getPod(sql: Sql, userId: string, id: string): Promise<string> {
+  const [r] = await sql<{ doc: string }[]>`
+    SELECT p.doc FROM pods p WHERE p.id = ${id} AND p.terminated_at IS NULL AND ${podVisible(sql, userId)}`;
+  if (!r) throw notFound('pod', id);
+  return r.doc;
 }
 
 /** The pod_ids listed (all live pods of the caller when none); unknown or foreign ids are left out. */

@@ -4,6 +4,7 @@ import { openMeter } from '../money/ledger.js';
 import { usd } from './common.js';
 import type { PodObservation, PodSpecForProvider } from './providers/provider.js';
 import type { Providers } from './providers/index.js';
+import { refreshDocs } from './pods.js';
 
 // Drives providers: provisions pods and disks that were ordered, polls the ones
 // still changing, and applies what a poll reports (status, connection data,
@@ -34,6 +35,7 @@ interface DuePod {
   created_at: Date;
   status: string;
   disk_ids: string[];
+  disk_statuses: string[];
 }
 
 const specOf = (p: DuePod): PodSpecForProvider => ({
@@ -89,7 +91,8 @@ export class Reconciler {
     const due = await this.sql<DuePod[]>`
       SELECT p.id, p.provider_id, p.provider_ref, p.node_id, p.data_center_id, p.gpu_name, p.gpu_count, p.environment_type,
              p.vcpus, p.memory_gb, p.disk_gb, p.provisioning_minutes, p.created_at, p.status,
-             COALESCE((SELECT array_agg(pd.disk_id ORDER BY pd.position) FROM pod_disks pd WHERE pd.pod_id = p.id), '{}') AS disk_ids
+             COALESCE((SELECT array_agg(pd.disk_id ORDER BY pd.position) FROM pod_disks pd WHERE pd.pod_id = p.id AND pd.detached_at IS NULL), '{}') AS disk_ids,
+             COALESCE((SELECT array_agg(pd.status ORDER BY pd.position) FROM pod_disks pd WHERE pd.pod_id = p.id AND pd.detached_at IS NULL), '{}') AS disk_statuses
       FROM pods p
       WHERE p.needs_poll AND p.terminated_at IS NULL AND p.next_poll_at <= clock_timestamp()
       ORDER BY p.next_poll_at LIMIT ${BATCH_MAX}`;
@@ -97,13 +100,18 @@ export class Reconciler {
       try {
         const provider = await this.providers.forProvider(p.provider_id);
         const spec = specOf(p);
-        let ref = p.provider_ref;
-        if (!ref) {
-          ref = await provider.provision(spec);
-          await this.sql`UPDATE pods SET provider_ref = ${ref} WHERE id = ${p.id} AND provider_ref IS NULL`;
-        }
+        const ref = p.provider_ref ?? (await provider.provision(spec));
         const now = new Date();
-        await this.apply(p, await provider.poll(ref, spec, now), now);
+        const o = await provider.poll(ref, spec, now);
+        const disksChanged = p.disk_ids.some((id, i) => o.disks[id] !== undefined && o.disks[id] !== p.disk_statuses[i]);
+        if (o.status === p.status && !disksChanged) {
+          // Nothing to apply: keep the reference and the next poll time, no transaction needed.
+          await this.sql`
+            UPDATE pods SET provider_ref = COALESCE(provider_ref, ${ref}), needs_poll = ${o.nextChangeAt !== null}, next_poll_at = ${o.nextChangeAt ?? now}
+            WHERE id = ${p.id} AND terminated_at IS NULL`;
+          continue;
+        }
+        await this.apply(p, ref, o, now);
       } catch (e) {
         log.warn({ err: e, podId: p.id }, 'pod poll failed; retrying');
         await this.sql`UPDATE pods SET next_poll_at = ${new Date(Date.now() + RETRY_MS)} WHERE id = ${p.id}`;
@@ -111,36 +119,43 @@ export class Reconciler {
     }
   }
 
-  /** Applies one observation. The row is re-read under its lock: a pod deleted meanwhile is left alone. */
-  private async apply(p: DuePod, o: PodObservation, now: Date): Promise<void> {
+  /**
+   * Applies one observation in one transaction: the pod row (locked by the
+   * update, which also checks it is still live and still in the state polled),
+   * the billing change, the disk attachments and the stored record.
+   */
+  private async apply(p: DuePod, ref: string, o: PodObservation, now: Date): Promise<void> {
+    const statusChanged = o.status !== p.status;
+    const active = o.status === 'ACTIVE';
     await this.sql.begin(async (tx) => {
-      const [cur] = await tx<{ status: string; wallet_id: string; price_hr_units: number; prepaid_until: Date | null; terminated_at: Date | null }[]>`
-        SELECT status, wallet_id, price_hr_units, prepaid_until, terminated_at FROM pods WHERE id = ${p.id} FOR UPDATE`;
-      if (!cur || cur.terminated_at) return;
-      if (o.status !== cur.status) {
-        const active = o.status === 'ACTIVE';
-        await tx`
-          UPDATE pods SET status = ${o.status}, installation_status = ${active ? 'FINISHED' : o.status === 'ERROR' ? 'ERROR' : 'PENDING'},
-                 installation_progress = ${o.installationProgress}, installation_failure = ${o.installationFailure},
-                 ip = ${o.ip}, ssh_connection = ${o.sshConnection}, port_mapping = ${tx.json(o.portMapping as never)},
-                 active_at = ${active ? now : null}, updated_at = ${now}
-          WHERE id = ${p.id}`;
-        if (active) {
-          // Billing switches to the active rate now, or when the prepaid hours end if later.
-          const at = cur.prepaid_until && cur.prepaid_until > now ? cur.prepaid_until : now;
-          await openMeter(tx, { walletId: cur.wallet_id, resourceType: 'pod', resourceId: p.id, state: 'ACTIVE', ratePerHrUsd: usd(cur.price_hr_units)!, at });
-        }
+      const [cur] = await tx<{ wallet_id: string; price_hr_units: number; prepaid_until: Date | null }[]>`
+        UPDATE pods SET provider_ref = COALESCE(provider_ref, ${ref}), needs_poll = ${o.nextChangeAt !== null}, next_poll_at = ${o.nextChangeAt ?? now}
+          ${
+            statusChanged
+              ? tx`, status = ${o.status}, installation_status = ${active ? 'FINISHED' : o.status === 'ERROR' ? 'ERROR' : 'PENDING'},
+                   installation_progress = ${o.installationProgress}, installation_failure = ${o.installationFailure},
+                   ip = ${o.ip}, ssh_connection = ${o.sshConnection}, port_mapping = ${tx.json(o.portMapping as never)},
+                   active_at = ${active ? now : null}, updated_at = ${now}`
+              : tx``
+          }
+        WHERE id = ${p.id} AND terminated_at IS NULL AND status = ${p.status}
+        RETURNING wallet_id, price_hr_units, prepaid_until`;
+      if (!cur) return; // deleted, or moved on by another poller, meanwhile
+      if (statusChanged && active) {
+        // Billing switches to the active rate now, or when the prepaid hours end if later.
+        const at = cur.prepaid_until && cur.prepaid_until > now ? cur.prepaid_until : now;
+        await openMeter(tx, { walletId: cur.wallet_id, resourceType: 'pod', resourceId: p.id, state: 'ACTIVE', ratePerHrUsd: usd(cur.price_hr_units)!, at });
       }
-      for (const [diskId, status] of Object.entries(o.disks)) {
+      const ids = Object.keys(o.disks);
+      if (ids.length) {
         await tx`
-          UPDATE pod_disks SET status = ${status},
-                 attached_at = CASE WHEN ${status} IN ('ATTACHED', 'MOUNTED') THEN COALESCE(attached_at, ${now}) ELSE attached_at END,
-                 mounted_at = CASE WHEN ${status} = 'MOUNTED' THEN COALESCE(mounted_at, ${now}) ELSE mounted_at END
-          WHERE pod_id = ${p.id} AND disk_id = ${diskId} AND status <> ${status} AND detached_at IS NULL`;
+          UPDATE pod_disks pd SET status = v.status,
+                 attached_at = CASE WHEN v.status IN ('ATTACHED', 'MOUNTED') THEN COALESCE(pd.attached_at, ${now}) ELSE pd.attached_at END,
+                 mounted_at = CASE WHEN v.status = 'MOUNTED' THEN COALESCE(pd.mounted_at, ${now}) ELSE pd.mounted_at END
+          FROM unnest(${ids}::text[], ${ids.map((id) => o.disks[id]!)}::text[]) AS v(disk_id, status)
+          WHERE pd.pod_id = ${p.id} AND pd.disk_id = v.disk_id AND pd.status <> v.status AND pd.detached_at IS NULL`;
       }
-      await tx`
-        UPDATE pods SET needs_poll = ${o.nextChangeAt !== null}, next_poll_at = ${o.nextChangeAt ?? now}
-        WHERE id = ${p.id}`;
+      await refreshDocs(tx, [p.id]);
     });
   }
 

@@ -42,6 +42,8 @@ export function platformRoutes(sql: Sql, providers: Providers, samplesBodyBytesM
     ...extra,
   });
   const ok = (body: unknown, status = 200) => ({ status, body });
+  /** A body already serialised (by PostgreSQL, on the hot read routes). */
+  const raw = (text: string) => ({ raw: text, contentType: 'application/json' });
 
   return [
     // ---- availability ----
@@ -90,14 +92,14 @@ export function platformRoutes(sql: Sql, providers: Providers, samplesBodyBytesM
 
     // ---- pods (literal paths before /:podId) ----
     r('POST', '/api/v1/pods', 'instances:write', async (ctx) => ok(await createPod(sql, ctx.principal.userId, parse(CreatePodBody, await ctx.json())))),
-    r('GET', '/api/v1/pods', 'instances:read', async (ctx) => ok(await listPods(sql, ctx.principal.userId, offsetPage(ctx.query, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX)))),
+    r('GET', '/api/v1/pods', 'instances:read', async (ctx) => raw(await listPods(sql, ctx.principal.userId, offsetPage(ctx.query, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX)))),
     r('GET', '/api/v1/pods/status', 'instances:read', async (ctx) =>
       ok(await podStatuses(sql, ctx.principal.userId, queryList(ctx.query, 'pod_ids', STATUS_IDS_MAX))),
     ),
     r('GET', '/api/v1/pods/history', 'instances:read', async (ctx) =>
       ok(await podHistory(sql, ctx.principal.userId, offsetPage(ctx.query, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX))),
     ),
-    r('GET', '/api/v1/pods/:podId', 'instances:read', async (ctx) => ok(await getPod(sql, ctx.principal.userId, ctx.params.podId!))),
+    r('GET', '/api/v1/pods/:podId', 'instances:read', async (ctx) => raw(await getPod(sql, ctx.principal.userId, ctx.params.podId!))),
     r('DELETE', '/api/v1/pods/:podId', 'instances:write', async (ctx) => ok(await deletePod(sql, providers, ctx.principal.userId, ctx.params.podId!))),
 
     // ---- disks ----
@@ -146,7 +148,7 @@ export function platformRoutes(sql: Sql, providers: Providers, samplesBodyBytesM
     r('GET', '/api/v1/evaluations/:evaluationId/samples', 'evaluations:read', async (ctx) => {
       const page = queryInt(ctx.query, 'page', 1, 1, PAGE_MAX);
       const limit = queryInt(ctx.query, 'limit', SAMPLES_LIMIT_DEFAULT, 1, SAMPLES_LIMIT_MAX);
-      return { raw: await sampleTexts(sql, ctx.principal.userId, ctx.params.evaluationId!, page, limit), contentType: 'application/json' };
+      return raw(await sampleTexts(sql, ctx.principal.userId, ctx.params.evaluationId!, page, limit));
     }),
   ];
 }
