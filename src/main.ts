@@ -4,9 +4,10 @@ import { loadUws, NativeUwsMissing } from './http/uws.js';
 import { log } from './log.js';
 import { inferenceModule } from './inference/module.js';
 import { platformModule } from './platform/module.js';
+import { moneyModule } from './money/module.js';
 
 // The route families the daemon serves; each module owns its routes and background work.
-const modules: Module[] = [inferenceModule, platformModule];
+const modules: Module[] = [moneyModule, inferenceModule, platformModule];
 
 async function main(): Promise<void> {
   let config;

@@ -1,5 +1,8 @@
-import type { Sql, Tx } from '../db/index.js';
+import type { Sql } from '../db/index.js';
 import { postTransaction } from './ledger.js';
+import { recordRunUsageTx, type RunUsage } from './rft.js';
+
+export type { RunUsage };
 
 export interface InferenceCharge {
   walletId: string;
@@ -9,15 +12,10 @@ export interface InferenceCharge {
   description: string;
 }
 
-export interface RunUsage {
-  runId: string;
-  input: number;
-  output: number;
-}
-
 /**
- * Posts a batch of inference charges in one transaction. Wallets are locked in
- * id order, so two flushes (two daemons on one database) never deadlock.
+ * Posts a batch of inference charges in one transaction, with the RFT run
+ * usage (X-RFT-Run-ID) of the same requests. Wallets are locked in id order,
+ * so two flushes (two daemons on one database) never deadlock.
  */
 export async function chargeInference(sql: Sql, items: InferenceCharge[], runs: RunUsage[] = []): Promise<void> {
   const sorted = [...items].sort((a, b) => (a.walletId < b.walletId ? -1 : a.walletId > b.walletId ? 1 : 0));
@@ -32,15 +30,6 @@ export async function chargeInference(sql: Sql, items: InferenceCharge[], runs: 
         refId: it.refId,
       });
     }
-    await recordRunUsage(tx, runs);
+    await recordRunUsageTx(tx, runs);
   });
-}
-
-// Attribution of inference usage to RFT runs; the runs tables belong to rft.ts.
-let recordRunUsage: (tx: Tx, runs: RunUsage[]) => Promise<void> = async (_tx, runs) => {
-  if (runs.length) throw new Error('RFT run usage recording is not wired (src/money/rft.ts)');
-};
-
-export function setRunUsageRecorder(fn: typeof recordRunUsage): void {
-  recordRunUsage = fn;
 }
