@@ -1,6 +1,6 @@
 import { ApiError } from '../../errors.js';
 import { log } from '../../log.js';
-import type { GenerateEvent, GenerateRequest } from '../engine-api.js';
+import type { BranchSpec, GenerateEvent, GenerateRequest } from '../engine-api.js';
 import { engineMetrics as M } from './metrics.js';
 import type { SchedulerOptions } from './options.js';
 import { WANT_LOGITS, WANT_LOGPROBS, WANT_NONE, type Arch } from './protocol.js';
@@ -26,7 +26,8 @@ import { Detokenizer } from './tokenizer.js';
 
 export interface ScoreRequest {
   prefixTokens: number[];
-  branches: number[][];
+  /** A plain token list continues the prefix; a BranchSpec continues the prefix (parent -1) or an earlier branch. */
+  branches: Array<number[] | BranchSpec>;
   signal?: AbortSignal;
 }
 
@@ -76,8 +77,6 @@ interface Gen {
   promptLen: number;
   /** Tokens sampled (EOS included). */
   sampled: number;
-  /** Tokens turned into events (the completion count reported). */
-  emitted: number;
   /** Sampled, not yet turned into text (pipelined); `finish` set when the last one ends the sequence. */
   textQueue: number[];
   finish?: 'stop' | 'length';
@@ -89,7 +88,9 @@ interface Gen {
 interface Job {
   state: 'waiting' | 'running' | 'finished';
   prefix: number[];
-  branches: number[][];
+  branches: BranchSpec[];
+  /** children[p + 1]: the branches that continue branch p (p = -1: the prefix). */
+  children: number[][];
   results: Float32Array[];
   left: number;
   processed: number;
@@ -101,6 +102,36 @@ interface Job {
 }
 
 type Unit = { gen: Gen; job?: undefined } | { job: Job; gen?: undefined };
+
+/** Counters of the steps run, for profiling and tests (engine.stats()). */
+export interface StepStats {
+  steps: number;
+  decodeSteps: number;
+  prefillSteps: number;
+  rows: number;
+  /** How the worker produced each step's past KV. */
+  modes: { reuse: number; rebuild: number; side: number; fresh: number };
+  /** Worker time building inputs, inside session.run, and on outputs; main-thread time per turn outside the await. */
+  prepMs: number;
+  runMs: number;
+  postMs: number;
+  mainMs: number;
+  /** Wall time from sending a step to its answer beyond the worker's own time (or the main thread's text work, when longer): message passing. */
+  transportMs: number;
+}
+
+const newStats = (): StepStats => ({
+  steps: 0,
+  decodeSteps: 0,
+  prefillSteps: 0,
+  rows: 0,
+  modes: { reuse: 0, rebuild: 0, side: 0, fresh: 0 },
+  prepMs: 0,
+  runMs: 0,
+  postMs: 0,
+  mainMs: 0,
+  transportMs: 0,
+});
 
 interface PlanRow {
   seq: Seq;
@@ -117,6 +148,7 @@ export class Scheduler {
   private lastWasDecode = false;
   private readonly vocab: number;
   private readonly labels: { model: string };
+  stats: StepStats = newStats();
 
   constructor(
     readonly modelId: string,
@@ -129,6 +161,12 @@ export class Scheduler {
     this.labels = { model: modelId };
     M.running.set(this.labels, 0);
     M.waiting.set(this.labels, 0);
+  }
+
+  resetStats(): StepStats {
+    const s = this.stats;
+    this.stats = newStats();
+    return s;
   }
 
   /** Sequences and jobs holding a slot, and requests waiting for one. */
@@ -190,7 +228,6 @@ export class Scheduler {
       stream: undefined as unknown as GenStream,
       promptLen: n,
       sampled: 0,
-      emitted: 0,
       textQueue: [],
       enqueuedAt: now,
       lastTokenAt: now,
@@ -201,16 +238,14 @@ export class Scheduler {
         // The reader took events: a paused sequence may run again.
         if (!seq.done && gen.stream.unreadTokens < this.opts.pendingTokensMax) this.kick();
       },
-      () => this.cancelGen(gen, false),
+      () => this.endGen(gen, 'cancelled'),
     );
     if (req.signal?.aborted) {
-      gen.state = 'finished';
-      seq.done = true;
-      gen.stream.push({ type: 'done', finishReason: 'cancelled', promptTokens: n, completionTokens: 0 });
+      this.endGen(gen, 'cancelled');
       return gen.stream;
     }
     if (req.signal) {
-      gen.onAbort = () => this.cancelGen(gen, true);
+      gen.onAbort = () => this.endGen(gen, 'cancelled');
       req.signal.addEventListener('abort', gen.onAbort, { once: true });
     }
     this.enqueue({ gen });
@@ -219,9 +254,18 @@ export class Scheduler {
 
   /** Log-softmax at the last position of each branch; the prefix is prefilled once and forked into every branch. */
   scoreBranches(req: ScoreRequest): Promise<ScoreResult> {
+    const branches: BranchSpec[] = req.branches.map((b) => (Array.isArray(b) ? { parent: -1, tokens: b } : b));
+    const children: number[][] = [[], ...branches.map(() => [] as number[])];
     try {
-      if (req.branches.some((b) => b.length === 0)) throw new ApiError('invalid', 'every branch needs at least one token');
-      const longest = req.branches.reduce((m, b) => Math.max(m, b.length), 0);
+      const depth: number[] = [];
+      let longest = 0;
+      branches.forEach((b, i) => {
+        if (b.tokens.length === 0) throw new ApiError('invalid', `branch ${i} has no tokens`);
+        if (!Number.isInteger(b.parent) || b.parent < -1 || b.parent >= i) throw new ApiError('invalid', `branch ${i}: parent ${b.parent} must be -1 or an earlier branch`);
+        depth[i] = (b.parent >= 0 ? depth[b.parent]! : 0) + b.tokens.length;
+        longest = Math.max(longest, depth[i]!);
+        children[b.parent + 1]!.push(i);
+      });
       if (req.prefixTokens.length + longest > this.contextLength) {
         throw new ApiError('invalid', `the prefix (${req.prefixTokens.length} tokens) and its longest branch (${longest}) exceed the context length of ${this.contextLength}`, {
           param: 'state',
@@ -229,8 +273,8 @@ export class Scheduler {
         });
       }
       this.checkTokens(req.prefixTokens, 'state');
-      for (const b of req.branches) this.checkTokens(b, 'questions');
-      if (req.branches.length === 0) return Promise.resolve({ logprobs: [], processedTokens: 0 });
+      for (const b of branches) this.checkTokens(b.tokens, 'questions');
+      if (branches.length === 0) return Promise.resolve({ logprobs: [], processedTokens: 0 });
       if (req.signal?.aborted) throw new ApiError('unavailable', 'evaluation cancelled');
       this.refuseIfFull();
     } catch (e) {
@@ -240,10 +284,11 @@ export class Scheduler {
       const job: Job = {
         state: 'waiting',
         prefix: req.prefixTokens,
-        branches: req.branches,
-        results: new Array(req.branches.length),
-        left: req.branches.length,
-        processed: req.prefixTokens.length + req.branches.reduce((s, b) => s + b.length, 0),
+        branches,
+        children,
+        results: new Array(branches.length),
+        left: branches.length,
+        processed: req.prefixTokens.length + branches.reduce((s, b) => s + b.tokens.length, 0),
         seqs: [],
         resolve,
         reject,
@@ -271,19 +316,27 @@ export class Scheduler {
     M.running.set(this.labels, this.slots);
   }
 
-  private finishGen(g: Gen, ev: GenerateEvent | undefined): void {
+  /**
+   * Ends a generation exactly once: frees its slot (its KV is freed at the
+   * next reap, before the next step), tells its reader (a final event, or the
+   * error) and reports the tokens really run to `onEnd`: the prompt tokens
+   * sent to the model and every token sampled.
+   */
+  private endGen(g: Gen, how: 'stop' | 'length' | 'cancelled' | Error): void {
     if (g.state === 'finished') return;
     this.release({ gen: g });
     g.seq.done = true;
     g.textQueue.length = 0;
     if (g.onAbort) g.req.signal?.removeEventListener('abort', g.onAbort);
-    if (ev) g.stream.push(ev);
+    const usage = { promptTokens: Math.min(g.seq.next, g.promptLen), completionTokens: g.sampled };
+    if (how instanceof Error) g.stream.fail(how);
+    else g.stream.push({ type: 'done', finishReason: how, ...usage });
+    try {
+      g.req.onEnd?.(usage);
+    } catch (e) {
+      log.error({ err: e, model: this.modelId }, 'onEnd callback failed');
+    }
     this.kick();
-  }
-
-  private cancelGen(g: Gen, tell: boolean): void {
-    if (g.state === 'finished') return;
-    this.finishGen(g, tell ? { type: 'done', finishReason: 'cancelled', promptTokens: g.promptLen, completionTokens: g.emitted } : undefined);
   }
 
   private endJob(job: Job, err?: unknown): void {
@@ -299,10 +352,7 @@ export class Scheduler {
   private failSeq(s: Seq, e: unknown): void {
     const err = e instanceof ApiError ? e : new ApiError('internal', 'model step failed');
     s.done = true;
-    if (s.gen && s.gen.state !== 'finished') {
-      this.release({ gen: s.gen });
-      s.gen.stream.fail(err);
-    }
+    if (s.gen) this.endGen(s.gen, err);
     if (s.job) this.endJob(s.job, err);
   }
 
@@ -341,7 +391,7 @@ export class Scheduler {
           job.seqs.push(p);
           this.active.push(p);
         } else {
-          this.startBranches(job, undefined);
+          this.startChildren(job, -1, undefined);
         }
       }
     }
@@ -349,18 +399,24 @@ export class Scheduler {
     M.running.set(this.labels, this.slots);
   }
 
-  /** Forks the prefilled prefix into one sequence per branch (the worker shares the prefix KV). */
-  private startBranches(job: Job, prefix: Seq | undefined): void {
+  /**
+   * Starts the branches that continue `parent` (-1: the prefix) once it has
+   * run: each is a fork of the parent's KV (shared in the worker, nothing
+   * copied until a step needs it). The parent is freed after the fork (the
+   * worker applies messages in order).
+   */
+  private startChildren(job: Job, parent: number, from: Seq | undefined): void {
+    const kids = job.children[parent + 1]!;
     const ids: number[] = [];
-    for (let b = 0; b < job.branches.length; b++) {
-      const s: Seq = { id: this.nextSeq++, tokens: job.branches[b]!, next: 0, kvLen: prefix?.kvLen ?? 0, done: false, job, branch: b };
+    for (const b of kids) {
+      const s: Seq = { id: this.nextSeq++, tokens: job.branches[b]!.tokens, next: 0, kvLen: from?.kvLen ?? 0, done: false, job, branch: b };
       ids.push(s.id);
       job.seqs.push(s);
       this.active.push(s);
     }
-    if (prefix) {
-      this.runner.fork(prefix.id, ids);
-      prefix.done = true; // freed after the fork (the worker applies messages in order)
+    if (from) {
+      if (ids.length) this.runner.fork(from.id, ids);
+      from.done = true;
     }
   }
 
@@ -403,11 +459,14 @@ export class Scheduler {
     let width = 0;
     for (const s of prefill) {
       if (rows.length >= this.opts.batchSizeMax) break;
-      let n = this.chunk(s);
+      const whole = this.chunk(s);
+      let n = whole;
       if (rows.length === 0) width = n;
       else {
         n = Math.min(n, width);
         if ((rows.length + 1) * width > budget) break;
+        // A model that continues one token at a time should take its first chunk whole.
+        if (n < whole && !this.runner.arch.multiTokenWithPast) continue;
       }
       rows.push({ seq: s, n, want: this.wantOf(s, n) });
     }
@@ -437,6 +496,7 @@ export class Scheduler {
     let text: Gen[] = [];
     try {
       for (;;) {
+        const t0 = performance.now();
         this.reap();
         this.admit();
         const plan = this.plan();
@@ -448,6 +508,7 @@ export class Scheduler {
           for (const r of plan.rows) r.seq.next += r.n;
         }
         // Text work of the previous step overlaps this step's compute.
+        const tSend = performance.now();
         const hadText = text.length > 0;
         for (const g of text) this.emitText(g);
         text = [];
@@ -456,6 +517,7 @@ export class Scheduler {
           break;
         }
         let res: StepResult;
+        const t1 = performance.now();
         try {
           res = await inflight;
         } catch (e) {
@@ -463,7 +525,20 @@ export class Scheduler {
           for (const r of plan.rows) this.failSeq(r.seq, e);
           continue;
         }
+        const t2 = performance.now();
         text = this.apply(plan.rows, plan.phase, res);
+        const w = res.timings;
+        const st = this.stats;
+        st.steps++;
+        if (plan.phase === 'decode') st.decodeSteps++;
+        else st.prefillSteps++;
+        st.rows += plan.rows.length;
+        st.modes[w.mode]++;
+        st.prepMs += w.prepMs;
+        st.runMs += w.runMs;
+        st.postMs += w.postMs;
+        st.transportMs += Math.max(0, t2 - tSend - Math.max(w.prepMs + w.runMs + w.postMs, t1 - tSend));
+        st.mainMs += t1 - t0 + (performance.now() - t2);
       }
     } catch (e) {
       log.error({ err: e, model: this.modelId }, 'scheduler loop failed');
@@ -514,12 +589,9 @@ export class Scheduler {
       } else if (s.job) {
         const job = s.job;
         if (s.next < s.tokens.length) continue;
-        if (s.branch < 0) this.startBranches(job, s);
-        else {
-          job.results[s.branch] = res.logits.slice(row * V, (row + 1) * V);
-          s.done = true;
-          if (--job.left === 0) this.endJob(job);
-        }
+        if (s.branch >= 0) job.results[s.branch] = res.logits.slice(row * V, (row + 1) * V);
+        this.startChildren(job, s.branch, s);
+        if (s.branch >= 0 && --job.left === 0) this.endJob(job);
       }
     }
     if (promptTokens) M.promptTokens.inc(this.labels, promptTokens);
@@ -534,30 +606,29 @@ export class Scheduler {
     for (let i = 0; i < toks.length; i++) {
       const tok = toks[i]!;
       const last = i === toks.length - 1;
-      g.emitted++;
       if (last && g.finish === 'stop' && this.text.eosIds.has(tok)) {
         // EOS: counted, not shown; the text held for stop strings is released.
         const rest = g.stop.push(g.detok.flush()).out + g.stop.flush();
         if (rest) g.stream.push({ type: 'delta', text: rest, tokenIds: [] });
-        this.finishGen(g, { type: 'done', finishReason: 'stop', promptTokens: g.promptLen, completionTokens: g.emitted });
+        this.endGen(g, 'stop');
         return;
       }
       const { out, stopped } = g.stop.push(g.detok.push(tok));
       g.stream.push({ type: 'delta', text: out, tokenIds: [tok] });
       if (stopped) {
-        this.finishGen(g, { type: 'done', finishReason: 'stop', promptTokens: g.promptLen, completionTokens: g.emitted });
+        this.endGen(g, 'stop');
         return;
       }
       if (last && g.finish === 'length') {
         const tail = g.stop.push(g.detok.flush());
         if (tail.stopped) {
           if (tail.out) g.stream.push({ type: 'delta', text: tail.out, tokenIds: [] });
-          this.finishGen(g, { type: 'done', finishReason: 'stop', promptTokens: g.promptLen, completionTokens: g.emitted });
+          this.endGen(g, 'stop');
           return;
         }
         const rest = tail.out + g.stop.flush();
         if (rest) g.stream.push({ type: 'delta', text: rest, tokenIds: [] });
-        this.finishGen(g, { type: 'done', finishReason: 'length', promptTokens: g.promptLen, completionTokens: g.emitted });
+        this.endGen(g, 'length');
         return;
       }
     }
@@ -568,9 +639,7 @@ export class Scheduler {
     const err = new ApiError('unavailable', `model ${this.modelId} is shutting down`);
     for (const u of this.waiting.splice(0)) {
       if (u.gen) {
-        u.gen.state = 'finished';
-        u.gen.seq.done = true;
-        u.gen.stream.fail(err);
+        this.endGen(u.gen, err);
       } else {
         u.job!.state = 'finished';
         u.job!.reject(err);

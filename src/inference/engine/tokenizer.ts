@@ -98,7 +98,7 @@ export class ModelTokenizer {
   }
 
   decode(ids: number[]): string {
-    return this.tokenizer.decode(ids, { skip_special_tokens: true });
+    return ids.length ? this.tokenizer.decode(ids, { skip_special_tokens: true }) : '';
   }
 }
 
