@@ -1,11 +1,11 @@
-import { ApiError, conflict, invalid, notFound } from '../errors.js';
+import { conflict, invalid, notFound } from '../errors.js';
 import type { Sql, Tx } from '../db/index.js';
 import { newId } from '../ids.js';
-import { closeMeter, openMeter, requireFunded, walletOf } from '../money/ledger.js';
+import { closeMeter, openMeter, requireFunded } from '../money/ledger.js';
 import { iso, usd, type Page } from './common.js';
 import { diskPriceUnits, normaliseSpec, resolveCount, type ResourceSpec } from './pricing.js';
 import type { CreateDiskBody } from './protocol.js';
-import { isMember } from './teams.js';
+import { diskVisible, holdsDisk, payer } from './access.js';
 import { log } from '../log.js';
 import type { Providers } from './providers/index.js';
 import { refreshDocs } from './pods.js';
@@ -37,13 +37,6 @@ export interface DiskRow {
   clusters?: string[];
   total_count?: number;
 }
-
-/** A disk the caller may see: their own, or one of a team they belong to. */
-export const diskVisible = (sql: Sql | Tx, userId: string) =>
-  sql`(d.user_id = ${userId} OR d.team_id IN (SELECT team_id FROM team_members WHERE user_id = ${userId}))`;
-
-/** Attachments that still hold the disk: live, or detaching after their pod ended. */
-export const holdsDisk = (sql: Sql | Tx) => sql`(pd.detached_at IS NULL OR pd.detached_at > clock_timestamp())`;
 
 export function diskRecord(d: DiskRow) {
   const price = usd(d.price_hr_units);
@@ -109,17 +102,6 @@ async function resolveDiskOffer(sql: Sql, b: CreateDiskBody): Promise<DiskOfferR
   if (o.cloud_id && !b.disk.cloudId) throw invalid('disk.cloudId', `is required for this offer (${o.cloud_id})`, null);
   if (!b.disk.dataCenterId) throw invalid('disk.dataCenterId', `is required for this offer (${o.data_center_id})`, null);
   return o;
-}
-
-/** Whose wallet pays: the team's when a team is named (caller must belong to it), else the caller's. */
-export async function payer(sql: Sql, userId: string, teamId: string | null | undefined, param: string) {
-  if (teamId) {
-    if (!(await isMember(sql, teamId, userId))) {
-      throw new ApiError('forbidden', `${param}: you are not a member of team ${JSON.stringify(teamId)}`, { param });
-    }
-    return { teamId, walletId: await walletOf(sql, { teamId }) };
-  }
-  return { teamId: null, walletId: await walletOf(sql, { userId }) };
 }
 
 export async function createDisk(sql: Sql, userId: string, b: CreateDiskBody) {

@@ -5,7 +5,7 @@ import { log } from '../log.js';
 import { closeMeter, openMeter, postTransaction, requireFunded } from '../money/ledger.js';
 import { findGpuOffers, type GpuOfferRow } from './availability.js';
 import { iso, usd, type Page } from './common.js';
-import { diskVisible, holdsDisk, payer } from './disks.js';
+import { diskVisible, holdsDisk, payer } from './access.js';
 import { normaliseSpec, podPrice, resolveCount } from './pricing.js';
 import type { CreatePodBody } from './protocol.js';
 import type { PortMapping } from './providers/provider.js';
