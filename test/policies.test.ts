@@ -1,6 +1,6 @@
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
-import { addMember, call, daemon, fund, newTeam, newUser } from './helpers.js';
+import { addMember, admin, call, daemon, fund, newTeam, newUser } from './helpers.js';
 
 const CHAT = 'cloudgate/random-llama-chat';
 const chatBody = (extra: Record<string, unknown> = {}) => ({ model: CHAT, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, temperature: 0, ...extra });
@@ -92,5 +92,40 @@ describe('quota and team billing', () => {
     const m = await call('platform', 'GET', '/metrics');
     const line = (m.body as string).split('\n').find((l) => l.startsWith('inference_team_tokens_total{') && l.includes(`team="${team.id}"`) && l.includes('direction="input"'));
     expect(Number(line?.split(' ').pop())).toBe(yes.body.usage.prompt_tokens);
+  });
+});
+
+describe('RFT run attribution', () => {
+  it('counts a request carrying X-RFT-Run-ID against its own run, and refuses a run that is not the caller\'s with 404', async () => {
+    const owner = await newUser(['inference:use', 'billing:read']);
+    const stranger = await newUser(['inference:use']);
+    await fund(owner.userId, 1_000_000);
+    await fund(stranger.userId, 1_000_000);
+    const pricing = { training_per_mtok: 1, inference_input_per_mtok: 0.5, inference_output_per_mtok: 2 };
+    const created = await admin('POST', '/api/admin/rft/runs', { name: `run-${Date.now()}`, baseModel: CHAT, userId: owner.userId, pricing });
+    expect(created.status).toBe(201);
+    const runId = created.body.data.id as string;
+
+    const foreign = await call('inference', 'POST', '/api/v1/chat/completions', { key: stranger.key, body: chatBody(), headers: { 'x-rft-run-id': runId } });
+    expect(foreign.status).toBe(404);
+    expect(foreign.body.error).toMatchObject({ code: 'run_not_found', param: 'x-rft-run-id' });
+    const unknown = await call('inference', 'POST', '/api/v1/chat/completions', { key: owner.key, body: chatBody(), headers: { 'x-rft-run-id': 'no-such-run' } });
+    expect(unknown.status).toBe(404);
+
+    // A client polling the live run sees its totals grow as requests finish.
+    let expected = 0;
+    for (let i = 0; i < 2; i++) {
+      const r = await call('inference', 'POST', '/api/v1/chat/completions', { key: owner.key, body: chatBody({ max_tokens: 8 }), headers: { 'x-rft-run-id': runId } });
+      expect(r.status).toBe(200);
+      expected += r.body.usage.prompt_tokens + r.body.usage.completion_tokens;
+      let seen = -1;
+      for (let t = 0; t < 100 && seen !== expected; t++) {
+        const u = await call('platform', 'GET', `/api/v1/billing/runs/${runId}/usage`, { key: owner.key });
+        expect(u.status).toBe(200);
+        seen = u.body.inference.tokens;
+        if (seen !== expected) await new Promise((res) => setTimeout(res, 50));
+      }
+      expect(seen).toBe(expected);
+    }
   });
 });

@@ -1,5 +1,6 @@
 import { ApiError } from '../../errors.js';
 import type { Sql } from '../../db/index.js';
+import { runVisibleTo } from '../../money/rft.js';
 import type { Ctx } from '../../http/context.js';
 import type { ServedModel } from '../engine-api.js';
 import type { Admission, Policies, Usage } from '../policy-api.js';
@@ -102,8 +103,16 @@ export class GatewayPolicies implements Policies {
         { code: 'insufficient_quota', type: 'insufficient_quota' },
       );
     }
-    const grant = this.limiter.admit([{ key: `${p.keyId}\u0000${model.id}`, limits: this.limitsOf(ctx) }], reservedTokens);
     const runId = ctx.header('x-rft-run-id')?.trim() || null;
+    // The header is checked before any model work: tokens counted against a
+    // run must come from its owner or its team, never from a stranger.
+    if (runId && !(await runVisibleTo(this.sql, runId, p.userId))) {
+      throw new ApiError('not_found', `X-RFT-Run-ID names run ${JSON.stringify(runId)}, which does not exist or is not this API key's user's (or their team's)`, {
+        param: 'x-rft-run-id',
+        code: 'run_not_found',
+      });
+    }
+    const grant = this.limiter.admit([{ key: `${p.keyId}\u0000${model.id}`, limits: this.limitsOf(ctx) }], reservedTokens);
     let settled = false;
     return {
       headers: grant.headers,
