@@ -19,7 +19,10 @@ async function main() {
     const post = (p: string, b: unknown) => fetch(d.platformUrl + p, { method: 'POST', headers: h, body: JSON.stringify(b) }).then((r) => r.json() as Promise<any>);
     const u = await post('/api/admin/users', { name: 'bench', email: `bench-${Date.now()}@bench.io` });
     const perms = ['teams:read', 'instances:read', 'inference:use', 'billing:read'];
-    const k = await post('/api/admin/api-keys', { userId: u.data.id, permissions: perms });
+    // Limits high enough never to refuse: the limiter still runs on every request (its cost is
+    // part of what is measured) but a 429 would be a cheaper answer than the route's.
+    const rateLimits = { requestsPerMinute: 1_000_000_000, tokensPerMinute: 1_000_000_000 };
+    const k = await post('/api/admin/api-keys', { userId: u.data.id, permissions: perms, rateLimits });
     const headers = { authorization: `Bearer ${k.data.key}` };
     const url = (target === 'platform' ? d.platformUrl : d.inferenceUrl) + routePath;
     const first = await fetch(url, { headers });

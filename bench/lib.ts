@@ -27,7 +27,8 @@ export async function sweep(url: string, headers: Record<string, string>, second
     runs.push(r);
     if (r.p99 > p99MsMax * 3) break; // far past the bound: larger counts only queue more
   }
-  const ok = runs.filter((r) => r.p99 <= p99MsMax);
+  // A run with failures or non-2xx answers measured something else (a 429 is cheaper than the route).
+  const ok = runs.filter((r) => r.p99 <= p99MsMax && r.errors === 0 && r.non2xx === 0);
   const best = ok.reduce<Load | undefined>((a, b) => (!a || b.rps > a.rps ? b : a), undefined);
   return { runs, best };
 }
@@ -63,6 +64,7 @@ export async function latencyC1(url: string, headers: Record<string, string>, co
   const once = () =>
     new Promise<void>((resolve, reject) => {
       const req = http.request({ host: u.hostname, port: u.port, path: u.pathname + u.search, headers, agent }, (res) => {
+        if (res.statusCode !== 200) reject(new Error(`${url} answered ${res.statusCode} during the latency run`));
         res.on('data', () => {});
         res.on('end', resolve);
       });

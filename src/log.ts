@@ -11,4 +11,43 @@ export const log = pino({
   },
 });
 
+/**
+ * The one-line-per-request log. Its lines hold only fields the server picks
+ * (ids, route pattern, status, timing; never headers or bodies), so they skip
+ * the redaction pass, which was a third of the cost of logging a request.
+ */
+// Its lines are gathered here up to ACCESS_LOG_BUFFER_BYTES (or for
+// ACCESS_LOG_FLUSH_MS) and handed to the stream in one write: a write per
+// request cost as much as the rest of the logging. An exit flushes the
+// buffer; a kill -9 loses at most that much of the access log.
+const ACCESS_LOG_BUFFER_BYTES = 8 * 1024; // sonic-boom refuses chunks near its 16 KiB maxWrite
+const ACCESS_LOG_FLUSH_MS = 1_000;
+const accessDest = pino.destination({ dest: 1, sync: false });
+const pending: string[] = [];
+let pendingBytes = 0;
+function flushAccess(): void {
+  if (!pending.length) return;
+  const chunk = pending.join('');
+  pending.length = 0;
+  pendingBytes = 0;
+  accessDest.write(chunk);
+}
+const gathering = {
+  write(line: string): void {
+    pending.push(line);
+    pendingBytes += line.length;
+    if (pendingBytes >= ACCESS_LOG_BUFFER_BYTES) flushAccess();
+  },
+};
+export const accessLog = pino({ level: process.env.LOG_LEVEL ?? 'info', base: { pid: process.pid } }, gathering);
+setInterval(flushAccess, ACCESS_LOG_FLUSH_MS).unref();
+process.on('exit', () => {
+  flushAccess();
+  try {
+    accessDest.flushSync();
+  } catch {
+    // a write still in flight: nothing more can be done at exit
+  }
+});
+
 export type Logger = typeof log;

@@ -13,6 +13,7 @@ export interface DaemonInfo {
   adminKey: string;
   dataDir: string;
   pid: number;
+  logFile: string;
 }
 
 // This file runs from test/ (vitest) and from dist/test/ (benchmarks): find the repo by its package.json.
@@ -25,7 +26,6 @@ export const repoRoot = findRoot();
 
 export interface Started extends DaemonInfo {
   proc: ChildProcess;
-  logFile: string;
   exited: Promise<number | null>;
 }
 

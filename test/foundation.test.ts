@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { admin, call, daemon, newUser } from './helpers.js';
 
@@ -111,6 +112,27 @@ describe('HTTP core', () => {
     expect(r.headers.get('x-request-id')).toBe('trace-abc.123');
     const g = await call('platform', 'GET', '/nope', { headers: { 'x-request-id': 'bad id with spaces' } });
     expect(g.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
+  });
+});
+
+describe('request log', () => {
+  it('writes one JSON line per request with its id, route, status and duration, and never the key', async () => {
+    const u = await newUser(['teams:read']);
+    const reqId = `log-${Date.now()}`;
+    const r = await call('platform', 'GET', '/api/v1/user/teams/', { key: u.key, headers: { 'x-request-id': reqId } });
+    expect(r.status).toBe(200);
+    // Access lines are buffered for up to a second.
+    let lines: Array<Record<string, unknown>> = [];
+    for (let i = 0; i < 40 && !lines.length; i++) {
+      await new Promise((res) => setTimeout(res, 100));
+      const text = fs.readFileSync(daemon().logFile, 'utf8');
+      expect(text).not.toContain(u.key);
+      expect(text).not.toContain(daemon().adminKey);
+      lines = text.split('\n').filter((l) => l.includes(reqId)).map((l) => JSON.parse(l));
+    }
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatchObject({ level: 30, msg: 'request', reqId, server: 'platform', method: 'GET', route: '/api/v1/user/teams', status: 200, user: u.userId });
+    expect(typeof lines[0]!.ms).toBe('number');
   });
 });
 

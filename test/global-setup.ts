@@ -18,6 +18,7 @@ export default async function setup(project: TestProject) {
     adminKey: d.adminKey,
     dataDir: d.dataDir,
     pid: d.pid,
+    logFile: d.logFile,
   });
   return async () => {
     const code = await stopDaemon(d);

@@ -1,7 +1,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import { ApiError } from '../errors.js';
 import type { Sql } from '../db/index.js';
-import { hashKey } from './keys.js';
+import { hashKeyB64 } from './keys.js';
 import type { Principal, RateLimits } from './principal.js';
 
 interface Cached {
@@ -27,12 +27,11 @@ export class Authenticator {
     const m = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
     if (!m) throw new ApiError('unauthenticated', 'missing or malformed Authorization header; expected "Bearer <API_KEY>"', { param: 'authorization' });
     const secret = m[1]!;
-    const hash = hashKey(secret);
-    const cacheKey = hash.toString('base64');
+    const cacheKey = hashKeyB64(secret);
     const now = Date.now();
     let hit = this.cache.get(cacheKey);
     if (!hit || hit.expiresAt < now) {
-      hit = { principal: await this.lookup(hash), expiresAt: now + this.ttlMs };
+      hit = { principal: await this.lookup(Buffer.from(cacheKey, 'base64')), expiresAt: now + this.ttlMs };
       if (this.ttlMs > 0) {
         if (this.cache.size >= CACHE_ENTRIES_MAX) this.cache.delete(this.cache.keys().next().value!);
         this.cache.set(cacheKey, hit);

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { ApiError, type ApiFamily } from '../errors.js';
-import { log } from '../log.js';
+import { accessLog, log } from '../log.js';
 import { counter, histogram } from '../metrics.js';
 import type { Authenticator } from '../auth/authenticator.js';
 import { can } from '../auth/principal.js';
@@ -21,6 +21,16 @@ const duration = histogram({
   buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
 });
 
+// Routes x methods x statuses actually seen is a few hundred; the bound only
+// stops odd methods sent by a client from growing the map.
+const METRIC_CHILDREN_MAX = 4096;
+// Deadlines are honoured within this much: they are tens of seconds long.
+const DEADLINE_TICK_MS = 25;
+interface Deadline {
+  ctx: Ctx;
+  at: number;
+  ms: number;
+}
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 // After a 413 the rest of the body is read and dropped, so the client gets to read
 // our answer instead of a reset; past this many bytes we stop paying for its upload.
@@ -44,6 +54,10 @@ export interface ServerOptions {
 export class HttpServer {
   private listenSocket: us_listen_socket | undefined;
   private inflight = 0;
+  private readonly deadlines = new Set<Deadline>();
+  private deadlineTimer: NodeJS.Timeout | undefined;
+  /** Label-bound metric children by route, method and status: a hit skips prom-client's label hashing. */
+  private readonly metricChildren = new Map<string, { requests: { inc(): void }; duration: { observe(v: number): void } }>();
   private drainWaiters: Array<() => void> = [];
   private readonly app;
   port = 0;
@@ -147,7 +161,7 @@ export class HttpServer {
   }
 
   private async handle(ctx: Ctx, match: Match | undefined, allowed: Method[], early: ApiError | undefined): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
+    let deadline: Deadline | undefined;
     try {
       if (early) throw early;
       if (!match) {
@@ -161,11 +175,9 @@ export class HttpServer {
       const route = match.route;
       const timeoutMs = route.timeoutMs === undefined ? this.opts.timeoutMs : route.timeoutMs;
       if (timeoutMs !== null) {
-        timer = setTimeout(() => {
-          const err = new ApiError('timeout', `request did not finish within ${timeoutMs} ms`);
-          ctx.cancel(err);
-          if (!ctx.responded) sendError(ctx, err);
-        }, timeoutMs);
+        deadline = { ctx, at: performance.now() + timeoutMs, ms: timeoutMs };
+        this.deadlines.add(deadline);
+        this.armDeadlines();
       }
       if (route.auth !== 'public') {
         ctx.principal = await this.opts.auth.authenticate(ctx.header('authorization'));
@@ -180,17 +192,48 @@ export class HttpServer {
       if (!ctx.responded && !ctx.aborted) sendError(ctx, e);
       else if (!(e instanceof ApiError)) log.error({ reqId: ctx.requestId, err: e }, 'error after response started');
     } finally {
-      if (timer) clearTimeout(timer);
+      if (deadline) this.deadlines.delete(deadline);
     }
+  }
+
+  // Deadlines are checked by one timer every DEADLINE_TICK_MS instead of a
+  // setTimeout per request: arming and clearing a timer per request cost
+  // about as much as the rate limiter. The timer runs only while requests are in flight.
+  private armDeadlines(): void {
+    if (this.deadlineTimer) return;
+    this.deadlineTimer = setInterval(() => {
+      if (this.deadlines.size === 0) {
+        clearInterval(this.deadlineTimer);
+        this.deadlineTimer = undefined;
+        return;
+      }
+      const now = performance.now();
+      for (const d of this.deadlines) {
+        if (d.at > now) continue;
+        this.deadlines.delete(d);
+        const err = new ApiError('timeout', `request did not finish within ${d.ms} ms`);
+        d.ctx.cancel(err);
+        if (!d.ctx.responded) sendError(d.ctx, err);
+      }
+    }, DEADLINE_TICK_MS);
   }
 
   private finish(ctx: Ctx): void {
     const seconds = (performance.now() - ctx.startedAt) / 1000;
     const status = ctx.aborted && !ctx.responded ? 499 : ctx.status;
     const server = this.opts.name;
-    requests.inc({ server, route: ctx.route, method: ctx.method, status: String(status) });
-    duration.observe({ server, route: ctx.route, method: ctx.method }, seconds);
-    log.info(
+    const key = `${ctx.route}\u0000${ctx.method}\u0000${status}`;
+    let m = this.metricChildren.get(key);
+    if (!m) {
+      m = {
+        requests: requests.labels({ server, route: ctx.route, method: ctx.method, status: String(status) }),
+        duration: duration.labels({ server, route: ctx.route, method: ctx.method }),
+      };
+      if (this.metricChildren.size < METRIC_CHILDREN_MAX) this.metricChildren.set(key, m);
+    }
+    m.requests.inc();
+    m.duration.observe(seconds);
+    accessLog.info(
       { reqId: ctx.requestId, server, method: ctx.method, route: ctx.route, status, ms: Math.round(seconds * 1e4) / 10, user: ctx.principal?.userId },
       'request',
     );
