@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { addMember, call, newTeam, newUser } from './helpers.js';
-import { closeDb, del, fund, get, ledger, meters, place, post, setBalance, until } from './platform-helpers.js';
+import { addMember, call, daemon, newTeam, newUser } from './helpers.js';
+import { closeDb, connectTo, del, fund, get, ledger, meters, place, post, setBalance, until } from './platform-helpers.js';
 
 afterAll(closeDb);
 
@@ -244,6 +244,28 @@ describe('pod reads, status and delete', () => {
     expect((await get(other.key, '/api/v1/pods')).body.total_count).toBe(0);
     expect((await get(other.key, `/api/v1/pods/${ids[0]}`)).status).toBe(404);
     expect((await del(other.key, `/api/v1/pods/${ids[0]}`)).status).toBe(404);
+  });
+
+  it('lists what another daemon on the same database changed: cached lists follow its commits', async () => {
+    const u = await funded();
+    const p = await place({ gpusPerNode: 8 });
+    const a = (await post(u.key, '/api/v1/pods', p.body({ name: 'seen-a' }))).body.id;
+    const b = (await post(u.key, '/api/v1/pods', p.body({ name: 'seen-b' }))).body.id;
+    const ids = async () => (await get(u.key, '/api/v1/pods')).body.data.map((x: any) => x.id);
+    expect(await ids()).toEqual([b, a]);
+    expect(await ids()).toEqual([b, a]); // now answered from the cache
+    // Another daemon (here: a plain connection) renames and terminates pods in its own transactions.
+    const other = connectTo(daemon().dataDir);
+    try {
+      await other`UPDATE pods SET doc = jsonb_set(doc::jsonb, '{name}', '"renamed"')::text WHERE id = ${a}`;
+      const named = await until(() => get(u.key, '/api/v1/pods'), (r) => r.body.data.some((x: any) => x.name === 'renamed'), 2_000);
+      expect(named.body.data.find((x: any) => x.id === a).name).toBe('renamed');
+      await other`UPDATE pods SET terminated_at = now(), status = 'TERMINATED' WHERE id = ${b}`;
+      const gone = await until(() => get(u.key, '/api/v1/pods'), (r) => r.body.total_count === 1, 2_000);
+      expect(gone.body.data.map((x: any) => x.id)).toEqual([a]);
+    } finally {
+      await other.end({ timeout: 1 });
+    }
   });
 
   it('answers status records with costPerHr by state, for the listed pod_ids only', async () => {

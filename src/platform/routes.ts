@@ -7,6 +7,7 @@ import { offsetPage, queryInt, queryList, queryStr } from './common.js';
 import { diskVisible } from './access.js';
 import { createDisk, deleteDisk, getDisk, listDisks, renameDisk } from './disks.js';
 import { createEvaluation, finalizeEvaluation, getEvaluation, listEvaluations, pushSamples, sampleTexts } from './evaluations.js';
+import { cachedRead } from './pod-reads.js';
 import { createPod, deletePod, getPod, listPods, podHistory, podStatuses, STATUS_IDS_MAX } from './pods.js';
 import { CreateDiskBody, CreateEvaluationBody, CreatePodBody, FinalizeEvaluationBody, GPU_COUNT_MAX, PatchDiskBody, POD_DISKS_MAX, PushSamplesBody } from './protocol.js';
 import type { Providers } from './providers/index.js';
@@ -93,7 +94,11 @@ export function platformRoutes(sql: Sql, providers: Providers, samplesBodyBytesM
 
     // ---- pods (literal paths before /:podId) ----
     r('POST', '/api/v1/pods', 'instances:write', async (ctx) => ok(await createPod(sql, ctx.principal.userId, parse(CreatePodBody, await ctx.json())))),
-    r('GET', '/api/v1/pods', 'instances:read', async (ctx) => raw(await listPods(sql, ctx.principal.userId, offsetPage(ctx.query, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX)))),
+    r('GET', '/api/v1/pods', 'instances:read', async (ctx) => {
+      const page = offsetPage(ctx.query, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX);
+      const userId = ctx.principal.userId;
+      return raw(await cachedRead(`list\u0000${userId}\u0000${page.limit}\u0000${page.offset}`, () => listPods(sql, userId, page)));
+    }),
     r('GET', '/api/v1/pods/status', 'instances:read', async (ctx) =>
       ok(await podStatuses(sql, ctx.principal.userId, queryList(ctx.query, 'pod_ids', STATUS_IDS_MAX))),
     ),
