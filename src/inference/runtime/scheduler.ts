@@ -239,21 +239,42 @@ export class Scheduler {
   }
 
   private async loop(): Promise<void> {
+    // The text work of a decode step (detokenising, stop strings, events for
+    // the readers) runs while the worker computes the next step: the next
+    // step's tokens are known as soon as they are sampled.
+    let deliver: (() => void) | undefined;
+    const flush = () => {
+      const d = deliver;
+      deliver = undefined;
+      d?.();
+    };
     try {
       while (true) {
         this.reap();
         while (this.waiting.length && this.slotsUsed() < this.opts.batchSizeMax) this.active.add(this.waiting.shift()!);
         M.waiting.set({ model: this.modelId }, this.waiting.length);
         M.running.set({ model: this.modelId }, this.slotsUsed());
-        const decoding = [...this.active].filter((s) => s.gen && s.pending.length === 1 && s.gen.produced > 0 && !this.paused(s));
+        const decoding = [...this.active].filter((s) => s.gen && !s.gen.finished && s.pending.length === 1 && s.gen.produced > 0 && !this.paused(s));
         const prefilling = [...this.active].filter((s) => s.pending.length > 0 && !(s.gen && s.gen.produced > 0));
-        if (!decoding.length && !prefilling.length) break;
-        const decode = decoding.length > 0 && (!prefilling.length || !this.lastWasDecode);
+        if (!decoding.length && !prefilling.length) {
+          if (!deliver) break;
+          flush(); // it may end sequences or unpause none; look again
+          continue;
+        }
+const decode = decoding.length > 0 && (!prefilling.length || !this.lastWasDecode);
         this.lastWasDecode = decode;
         const budget = decoding.length ? this.opts.prefillTokensPerStepMax : this.opts.prefillTokensPerIdleStepMax;
-        await (decode ? this.decodeStep(decoding) : this.prefillStep(prefilling, budget));
+        // The step is posted to the worker before its first await, so the pending text work overlaps it.
+        const step = decode ? this.decodeStep(decoding) : this.prefillStep(prefilling, budget).then(() => undefined);
+        flush();
+        deliver = await step;
       }
     } catch (e) {
+      try {
+        flush();
+      } catch (e2) {
+        log.error({ err: e2, model: this.modelId }, 'token delivery failed');
+      }
       log.error({ err: e, model: this.modelId }, 'scheduler step failed');
       for (const s of this.active) this.fail(s, e);
     } finally {
@@ -333,18 +354,33 @@ export class Scheduler {
     });
   }
 
-  private async decodeStep(rows: Seq[]): Promise<void> {
+  /** Runs one decode step and samples it; returns the text work of its tokens, for the loop to run while the next step computes. */
+  private async decodeStep(rows: Seq[]): Promise<() => void> {
     M.batchSize.observe({ model: this.modelId, phase: 'decode' }, rows.length);
     const logits = await this.runner.step(rows.map((s) => ({ seq: s.id, tokens: s.pending })));
+    const sampled: Array<{ s: Seq; tok: number }> = [];
     for (let b = 0; b < rows.length; b++) {
       const s = rows[b]!;
       s.pending = [];
-      if (!s.cancelled) this.emitToken(s, logits, b);
+      // A sequence ended by a stop string while this step ran: its extra token is dropped, never counted.
+      if (!s.cancelled && !s.gen!.finished) sampled.push({ s, tok: this.sampleNext(s, logits, b) });
     }
+    return () => {
+      for (const { s, tok } of sampled) this.deliver(s, tok);
+    };
   }
 
   /** Samples the next token of a sequence and turns it into text, stop and finish events. */
   private emitToken(s: Seq, logits: Float32Array, row: number): void {
+    this.deliver(s, this.sampleNext(s, logits, row));
+  }
+
+  /**
+   * Samples and counts a token. Decoding goes on with it at once unless it
+   * ends the sequence by itself (end of text, max_tokens); a stop string is
+   * found when it is delivered, at most one step later.
+   */
+  private sampleNext(s: Seq, logits: Float32Array, row: number): number {
     const g = s.gen!;
     const now = performance.now();
     const tok = sample(logits, row * this.vocab, this.vocab, g.req.temperature, g.req.topP, g.rand);
@@ -353,6 +389,13 @@ export class Scheduler {
     g.lastTokenAt = now;
     g.produced++;
     M.generatedTokens.inc({ model: this.modelId });
+    if (!this.text.eosIds.has(tok) && g.produced < g.req.maxTokens) s.pending = [tok];
+    return tok;
+  }
+
+  private deliver(s: Seq, tok: number): void {
+    const g = s.gen!;
+    if (g.finished) return;
     let finish: 'stop' | 'length' | undefined;
     if (this.text.eosIds.has(tok)) finish = 'stop';
     else {
@@ -369,7 +412,6 @@ export class Scheduler {
       }
       this.end(s, finish);
     } else {
-      s.pending = [tok];
       g.wake?.();
     }
   }
