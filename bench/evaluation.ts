@@ -1,5 +1,5 @@
 import { startDaemon, stopDaemon } from '../test/daemon.js';
-import { fmt, machine } from './lib.js';
+import { benchKey, fmt, machine } from './lib.js';
 
 // Evaluation latency: 1, 8 and 64 questions against one state of about 400
 // tokens in one request, and 64 concurrent single-question requests on it.
@@ -28,16 +28,12 @@ async function main() {
   if (args.get('models-dir')) env.MODELS_DIR = args.get('models-dir')!;
   const d = await startDaemon(env);
   try {
-    const h = { authorization: `Bearer ${d.adminKey}`, 'content-type': 'application/json' };
-    const post = (p: string, b: unknown) => fetch(d.platformUrl + p, { method: 'POST', headers: h, body: JSON.stringify(b) }).then((r) => r.json() as Promise<any>);
-    const u = await post('/api/admin/users', { name: 'bench', email: `bench-${Date.now()}@bench.io` });
-    const k = await post('/api/admin/api-keys', { userId: u.data.id, permissions: ['inference:use'], rateLimits: { requestsPerMinute: 1e9, tokensPerMinute: 1e9 } });
-    await post('/api/admin/transactions/topup', { userId: u.data.id, amount: 1e9, type: 'TOPUP', description: 'bench' });
+    const key = await benchKey(d, ['inference:use'], 1_000_000_000);
     const ask = async (state: string, n: number) => {
       const t0 = performance.now();
       const r = await fetch(`${d.inferenceUrl}/api/v1/evaluations`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${k.data.key}`, 'content-type': 'application/json' },
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
         body: JSON.stringify({ model, state, questions: questions(n) }),
       });
       const body = (await r.json()) as any;

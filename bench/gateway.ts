@@ -1,5 +1,5 @@
 import { startDaemon, stopDaemon } from '../test/daemon.js';
-import { fmt, latencyC1, load, machine, startBare, sweep } from './lib.js';
+import { benchKey, fmt, latencyC1, load, machine, startBare, sweep } from './lib.js';
 
 // Gateway overhead: an authenticated GET through the daemon against a bare
 // uWS server answering the same bytes, in one run on one machine.
@@ -15,15 +15,8 @@ const P99_MS_MAX = 10; // the latency bound the throughput figure is quoted at
 async function main() {
   const d = await startDaemon(); // production settings: info logs, one line per request
   try {
-    const h = { authorization: `Bearer ${d.adminKey}`, 'content-type': 'application/json' };
-    const post = (p: string, b: unknown) => fetch(d.platformUrl + p, { method: 'POST', headers: h, body: JSON.stringify(b) }).then((r) => r.json() as Promise<any>);
-    const u = await post('/api/admin/users', { name: 'bench', email: `bench-${Date.now()}@bench.io` });
-    const perms = ['teams:read', 'instances:read', 'inference:use', 'billing:read'];
-    // Limits high enough never to refuse: the limiter still runs on every request (its cost is
-    // part of what is measured) but a 429 would be a cheaper answer than the route's.
-    const rateLimits = { requestsPerMinute: 1_000_000_000, tokensPerMinute: 1_000_000_000 };
-    const k = await post('/api/admin/api-keys', { userId: u.data.id, permissions: perms, rateLimits });
-    const headers = { authorization: `Bearer ${k.data.key}` };
+    const key = await benchKey(d, ['teams:read', 'instances:read', 'inference:use', 'billing:read']);
+    const headers = { authorization: `Bearer ${key}` };
     const url = (target === 'platform' ? d.platformUrl : d.inferenceUrl) + routePath;
     const first = await fetch(url, { headers });
     const body = await first.text();

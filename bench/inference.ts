@@ -3,7 +3,7 @@ import http from 'node:http';
 import path from 'node:path';
 import ort from 'onnxruntime-node';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
-import { fmt, machine } from './lib.js';
+import { benchKey, fmt, machine } from './lib.js';
 
 // Chat throughput through the daemon: N concurrent streams, aggregate
 // completion tokens per second and time to first token, over SSE as a client
@@ -120,14 +120,10 @@ async function main() {
   const env: Record<string, string> = { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', MODELS_DIR: modelsDir };
   const d = await startDaemon(env);
   try {
-    const h = { authorization: `Bearer ${d.adminKey}`, 'content-type': 'application/json' };
-    const post = (p: string, b: unknown) => fetch(d.platformUrl + p, { method: 'POST', headers: h, body: JSON.stringify(b) }).then((r) => r.json() as Promise<any>);
-    const u = await post('/api/admin/users', { name: 'bench', email: `bench-${Date.now()}@bench.io` });
-    const k = await post('/api/admin/api-keys', { userId: u.data.id, permissions: ['inference:use'], rateLimits: { requestsPerMinute: 1e9, tokensPerMinute: 1e9 } });
-    await post('/api/admin/transactions/topup', { userId: u.data.id, amount: 1e9, type: 'TOPUP', description: 'bench' });
+    const key = await benchKey(d, ['inference:use'], 1_000_000_000);
     const url = `${d.inferenceUrl}/api/v1/chat/completions`;
     console.log(`machine: ${machine()}\nmodel: ${model}, ${maxTokens} tokens per stream, temperature 0`);
-    await oneStream(url, k.data.key, 'warm up'); // warm-up
+    await oneStream(url, key, 'warm up'); // warm-up
     const modelDir = fs.readdirSync(modelsDir).map((f) => path.join(modelsDir, f)).find((dir) => {
       const c = path.join(dir, 'cloudgate.json');
       return fs.existsSync(c) && JSON.parse(fs.readFileSync(c, 'utf8')).id === model;
@@ -146,7 +142,7 @@ async function main() {
       await Promise.all(
         Array.from({ length: n }, async (_, i) => {
           for (let r = 0; performance.now() < until; r++) {
-            const o = await oneStream(url, k.data.key, `Once upon a time ${i}`);
+            const o = await oneStream(url, key, `Once upon a time ${i}`);
             tokens += o.tokens;
             promptTokens = o.promptTokens;
             ttfts.push(o.ttft);

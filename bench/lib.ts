@@ -84,3 +84,24 @@ export async function latencyC1(url: string, headers: Record<string, string>, co
   t.sort();
   return { p50Us: t[Math.floor(count * 0.5)]!, p99Us: t[Math.floor(count * 0.99)]!, rps: (count / total) * 1000 };
 }
+
+/**
+ * A user of the started daemon with an API key holding `permissions`, funded
+ * with `fundUnits` (USD x 10000) when given. Its rate limits are high enough
+ * never to refuse: the limiter still runs on every request (its cost is part
+ * of what is measured) but a 429 would be a cheaper answer than the route's.
+ */
+export async function benchKey(d: { platformUrl: string; adminKey: string }, permissions: string[], fundUnits = 0): Promise<string> {
+  const h = { authorization: `Bearer ${d.adminKey}`, 'content-type': 'application/json' };
+  const post = async (p: string, b: unknown) => {
+    const r = await fetch(d.platformUrl + p, { method: 'POST', headers: h, body: JSON.stringify(b) });
+    const body = (await r.json()) as any;
+    if (!r.ok) throw new Error(`${p} answered ${r.status}: ${JSON.stringify(body)}`);
+    return body;
+  };
+  const u = await post('/api/admin/users', { name: 'bench', email: `bench-${Date.now()}-${Math.random().toString(36).slice(2)}@bench.io` });
+  const rateLimits = { requestsPerMinute: 1_000_000_000, tokensPerMinute: 1_000_000_000 };
+  const k = await post('/api/admin/api-keys', { userId: u.data.id, permissions, rateLimits });
+  if (fundUnits > 0) await post('/api/admin/transactions/topup', { userId: u.data.id, amount: fundUnits, type: 'TOPUP', description: 'bench' });
+  return k.data.key as string;
+}
