@@ -124,7 +124,7 @@ interface BatchState {
   seqs: number[];
   past: Record<string, ort.Tensor>;
   P: number;
-  mask: Uint8Array; // B x P
+  mask: BigInt64Array; // B x P, 1n where a row has a token: fed to the session as is
 }
 let batch: BatchState | undefined;
 
@@ -138,7 +138,7 @@ function materialize(): void {
     if (!kv) continue;
     grow(kv, kv.len);
     const positions: number[] = [];
-    for (let j = 0; j < P; j++) if (mask[b * P + j]) positions.push(j);
+    for (let j = 0; j < P; j++) if (mask[b * P + j] === 1n) positions.push(j);
     for (let l = 0; l < layers; l++) {
       for (const which of ['key', 'value'] as const) {
         const src = past[`past_key_values.${l}.${which}`]!.data as Float32Array | Uint16Array;
@@ -180,22 +180,22 @@ async function step(rows: StepRow[]): Promise<Float32Array> {
   const T = P + S;
   const ids = new BigInt64Array(B * S);
   const pos = new BigInt64Array(B * S);
-  const mask = new Uint8Array(B * T);
+  const mask = new BigInt64Array(B * T);
   for (let b = 0; b < B; b++) {
     const kv = kvs[b]!;
     const toks = rows[b]!.tokens;
     if (steady) mask.set(batch!.mask.subarray(b * P, (b + 1) * P), b * T);
-    else mask.fill(1, b * T + P - kv.len, b * T + P);
+    else mask.fill(1n, b * T + P - kv.len, b * T + P);
     const off = S - toks.length;
     for (let i = 0; i < toks.length; i++) {
       ids[b * S + off + i] = BigInt(toks[i]!);
       pos[b * S + off + i] = BigInt(kv.len + i);
-      mask[b * T + P + off + i] = 1;
+      mask[b * T + P + off + i] = 1n;
     }
   }
   const feeds: Record<string, ort.Tensor> = {
     input_ids: new ort.Tensor('int64', ids, [B, S]),
-    attention_mask: new ort.Tensor('int64', BigInt64Array.from(mask, (m) => BigInt(m)), [B, T]),
+    attention_mask: new ort.Tensor('int64', mask, [B, T]),
   };
   if (arch.hasPositionIds) feeds.position_ids = new ort.Tensor('int64', pos, [B, S]);
   if (steady) Object.assign(feeds, batch!.past);
