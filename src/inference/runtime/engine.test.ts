@@ -132,6 +132,34 @@ describe('engine', () => {
   });
 });
 
+describe('engine backpressure', () => {
+  it('pauses a sequence whose reader stops reading, keeps the others going, and resumes it with the same tokens', async () => {
+    const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { pendingTokensMax: 4 } });
+    try {
+      const p = small.encodeChat(CHAT, [{ role: 'user', content: 'a slow reader' }]);
+      const g = () => small.generate(CHAT, { promptTokens: p, maxTokens: 40, temperature: 0, topP: 1, stop: [] });
+      const reference = await collect(g());
+      const base = await gaugeValue('engine_generated_tokens_total', CHAT);
+      const slow = g();
+      const first = await slow.next(); // one event read, then nothing
+      expect(first.value?.type).toBe('delta');
+      // Another stream runs to its end while the slow one holds its unread tokens.
+      const other = await collect(g());
+      expect(other.ids).toEqual(reference.ids);
+      await new Promise((r) => setTimeout(r, 50));
+      // The other stream's 40 tokens, and the slow one's held to about pendingTokensMax (a step or two may be in flight).
+      const held = (await gaugeValue('engine_generated_tokens_total', CHAT)) - base - 40;
+      expect(held).toBeGreaterThanOrEqual(1);
+      expect(held).toBeLessThanOrEqual(4 + 3);
+      const rest = await collect(slow);
+      expect([...(first.value as Extract<GenerateEvent, { type: 'delta' }>).tokenIds, ...rest.ids]).toEqual(reference.ids);
+      expect(rest.done.completionTokens).toBe(40);
+    } finally {
+      await small.close();
+    }
+  });
+});
+
 describe('engine queue', () => {
   it('answers overloaded when the waiting queue is full', async () => {
     const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { batchSizeMax: 1, queueDepthMax: 1 } });

@@ -1,6 +1,8 @@
 // Messages between a model's scheduler (main thread) and its worker thread.
-// The worker owns the ONNX session and every sequence's KV cache, so a step
-// sends only token ids and receives only last-position logits.
+// The worker owns the ONNX session, every sequence's KV cache and, once a
+// generation's prompt is in, its sampler: a step sends only token ids and
+// receives sampled tokens (and last-position logits for scoring), and a
+// decode run goes on step after step without waiting for the main thread.
 
 export interface InitMsg {
   type: 'init';
@@ -21,14 +23,29 @@ export interface Arch {
   provider: string;
 }
 
+/** How to sample a generation, given with its last prompt chunk; the worker samples it from then on. */
+export interface SamplerSpec {
+  temperature: number;
+  topP: number;
+  seed: number;
+  /** Tokens it may generate (max_tokens). */
+  budget: number;
+  eos: number[];
+}
+
 export interface StepRow {
   seq: number;
   tokens: number[];
+  sampler?: SamplerSpec;
 }
 
 export type Request =
   | InitMsg
   | { type: 'step'; id: number; rows: StepRow[] }
+  /** Decode these sampled sequences step after step until each ends (end of text, budget), is freed, or an interrupt arrives. */
+  | { type: 'decode'; id: number; seqs: number[] }
+  /** Ends the running decode after its current step. */
+  | { type: 'interrupt' }
   | { type: 'fork'; id: number; from: number; to: number[] }
   | { type: 'free'; seqs: number[] }
   | { type: 'close'; id: number };
@@ -36,6 +53,10 @@ export type Request =
 export type Reply =
   | { type: 'ready'; arch: Arch }
   | { type: 'init-error'; message: string }
-  | { type: 'step'; id: number; logits: Float32Array; kvBytes: number }
+  /** tokens[b]: the token sampled for row b, -1 for rows without a sampler (their logits are the answer). */
+  | { type: 'step'; id: number; logits: Float32Array; tokens: Int32Array; kvBytes: number }
+  /** One step of a decode run: the token of each sequence that ran. */
+  | { type: 'tokens'; id: number; seqs: number[]; tokens: Int32Array }
+  | { type: 'decode-done'; id: number; kvBytes: number }
   | { type: 'done'; id: number }
   | { type: 'error'; id: number; message: string };

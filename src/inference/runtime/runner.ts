@@ -7,12 +7,13 @@ import type { Arch, InitMsg, Reply, Request, StepRow } from './protocol.js';
 
 /**
  * The main-thread side of a model's worker. Calls are serialised by the
- * scheduler (one step in flight per model), so replies match by id.
+ * scheduler (one step or decode run in flight per model); replies match by id.
  */
 export class Runner {
   private readonly worker: Worker;
   private nextId = 1;
   private readonly pending = new Map<number, { ok: (r: Reply) => void; fail: (e: Error) => void }>();
+  private readonly onTokens = new Map<number, (seqs: number[], tokens: Int32Array) => void>();
   arch!: Arch;
   kvBytes = 0;
 
@@ -48,6 +49,10 @@ export class Runner {
 
   private onReply(m: Reply): void {
     if (!('id' in m)) return;
+    if (m.type === 'tokens') {
+      this.onTokens.get(m.id)?.(m.seqs, m.tokens);
+      return;
+    }
     const p = this.pending.get(m.id);
     if (!p) return;
     this.pending.delete(m.id);
@@ -62,10 +67,32 @@ export class Runner {
     });
   }
 
-  async step(rows: StepRow[]): Promise<Float32Array> {
+  /** A prompt step: last-position logits of every row, and the token sampled for rows that carried a sampler (-1 for the others). */
+  async step(rows: StepRow[]): Promise<{ logits: Float32Array; tokens: Int32Array }> {
     const r = (await this.call({ type: 'step', id: this.nextId++, rows })) as Extract<Reply, { type: 'step' }>;
     this.kvBytes = r.kvBytes;
-    return r.logits;
+    return { logits: r.logits, tokens: r.tokens };
+  }
+
+  /**
+   * A decode run: the worker steps these sequences on its own, calling
+   * `onTokens` with each step's tokens, until each has ended or been freed or
+   * `interrupt()` is called. Resolves when the worker has stopped.
+   */
+  async decode(seqs: number[], onTokens: (seqs: number[], tokens: Int32Array) => void): Promise<void> {
+    const id = this.nextId++;
+    this.onTokens.set(id, onTokens);
+    try {
+      const r = (await this.call({ type: 'decode', id, seqs })) as Extract<Reply, { type: 'decode-done' }>;
+      this.kvBytes = r.kvBytes;
+    } finally {
+      this.onTokens.delete(id);
+    }
+  }
+
+  /** Ends the running decode after its current step. */
+  interrupt(): void {
+    this.worker.postMessage({ type: 'interrupt' } satisfies Request);
   }
 
   async fork(from: number, to: number[]): Promise<void> {

@@ -3,8 +3,9 @@ import { log } from '../../log.js';
 import type { BranchSpec, GenerateEvent, GenerateRequest } from '../engine-api.js';
 import { engineMetrics as M } from './metrics.js';
 import type { EngineOptions } from './options.js';
+import type { SamplerSpec } from './protocol.js';
 import type { Runner } from './runner.js';
-import { logSoftmax, mulberry32, sample } from './sampler.js';
+import { logSoftmax } from './sampler.js';
 import { Detokenizer, StopMatcher, type ModelText } from './text.js';
 
 // One owner of a model's batch slots. Sequences join between steps and leave
@@ -14,7 +15,8 @@ import { Detokenizer, StopMatcher, type ModelText } from './text.js';
 
 interface Gen {
   req: GenerateRequest;
-  rand: () => number;
+  /** The sampler's seed; the worker samples the sequence from its last prompt chunk on. */
+  seed: number;
   detok: Detokenizer;
   stop: StopMatcher;
   produced: number;
@@ -59,6 +61,8 @@ export class Scheduler {
   private readonly active = new Set<Seq>();
   private running = false;
   private lastWasDecode = false;
+  /** While a decode run is in flight: ends it after the worker's current step. */
+  private replan: (() => void) | undefined;
   private readonly vocab: number;
 
   constructor(
@@ -102,7 +106,7 @@ export class Scheduler {
     const now = performance.now();
     const gen: Gen = {
       req,
-      rand: mulberry32(req.seed ?? (Math.random() * 2 ** 32) >>> 0),
+      seed: req.seed ?? (Math.random() * 2 ** 32) >>> 0,
       // The last prompt tokens give the first generated token its context (a leading space, say).
       detok: new Detokenizer(this.text, req.promptTokens.slice(-4)),
       stop: new StopMatcher(req.stop),
@@ -233,21 +237,15 @@ export class Scheduler {
   }
 
   private kick(): void {
-    if (this.running) return;
+    if (this.running) {
+      this.replan?.(); // a decode run in flight ends after its step, so the loop looks again
+      return;
+    }
     this.running = true;
     setImmediate(() => void this.loop());
   }
 
   private async loop(): Promise<void> {
-    // The text work of a decode step (detokenising, stop strings, events for
-    // the readers) runs while the worker computes the next step: the next
-    // step's tokens are known as soon as they are sampled.
-    let deliver: (() => void) | undefined;
-    const flush = () => {
-      const d = deliver;
-      deliver = undefined;
-      d?.();
-    };
     try {
       while (true) {
         this.reap();
@@ -256,29 +254,18 @@ export class Scheduler {
         M.running.set({ model: this.modelId }, this.slotsUsed());
         const decoding = [...this.active].filter((s) => s.gen && !s.gen.finished && s.pending.length === 1 && s.gen.produced > 0 && !this.paused(s));
         const prefilling = [...this.active].filter((s) => s.pending.length > 0 && !(s.gen && s.gen.produced > 0));
-        if (!decoding.length && !prefilling.length) {
-          if (!deliver) break;
-          flush(); // it may end sequences or unpause none; look again
-          continue;
-        }
-const decode = decoding.length > 0 && (!prefilling.length || !this.lastWasDecode);
+        if (!decoding.length && !prefilling.length) break;
+        const decode = decoding.length > 0 && (!prefilling.length || !this.lastWasDecode);
         this.lastWasDecode = decode;
         const budget = decoding.length ? this.opts.prefillTokensPerStepMax : this.opts.prefillTokensPerIdleStepMax;
-        // The step is posted to the worker before its first await, so the pending text work overlaps it.
-        const step = decode ? this.decodeStep(decoding) : this.prefillStep(prefilling, budget).then(() => undefined);
-        flush();
-        deliver = await step;
+        await (decode ? this.decodeRun(decoding, prefilling.length > 0) : this.prefillStep(prefilling, budget));
       }
     } catch (e) {
-      try {
-        flush();
-      } catch (e2) {
-        log.error({ err: e2, model: this.modelId }, 'token delivery failed');
-      }
       log.error({ err: e, model: this.modelId }, 'scheduler step failed');
       for (const s of this.active) this.fail(s, e);
     } finally {
       this.running = false;
+      this.replan = undefined;
       this.reap();
       M.running.set({ model: this.modelId }, this.slotsUsed());
       M.kvBytes.set({ model: this.modelId }, this.runner.kvBytes);
@@ -319,7 +306,7 @@ const decode = decoding.length > 0 && (!prefilling.length || !this.lastWasDecode
       width = w;
     }
     M.batchSize.observe({ model: this.modelId, phase: 'prefill' }, rows.length);
-    const logits = await this.runner.step(rows.map((r) => ({ seq: r.seq.id, tokens: r.seq.pending.slice(0, r.n) })));
+    const { logits, tokens } = await this.runner.step(rows.map((r) => ({ seq: r.seq.id, tokens: r.seq.pending.slice(0, r.n), sampler: this.samplerFor(r.seq, r.n) })));
     for (let b = 0; b < rows.length; b++) {
       const { seq, n } = rows[b]!;
       seq.pending.splice(0, n);
@@ -327,7 +314,7 @@ const decode = decoding.length > 0 && (!prefilling.length || !this.lastWasDecode
       if (!seq.cancelled) M.promptTokens.inc({ model: this.modelId }, n);
       if (seq.pending.length > 0 || seq.cancelled) continue;
       if (seq.gen) {
-        this.emitToken(seq, logits, b);
+        this.emitToken(seq, tokens[b]!);
       } else if (seq.branch) {
         const { job, index } = seq.branch;
         job.logprobs[index] = logSoftmax(logits, b * this.vocab, this.vocab);
@@ -342,6 +329,13 @@ const decode = decoding.length > 0 && (!prefilling.length || !this.lastWasDecode
     }
   }
 
+  /** A generation whose prompt ends with this chunk is sampled by the worker from here on. */
+  private samplerFor(s: Seq, n: number): SamplerSpec | undefined {
+    const g = s.gen;
+    if (!g || n < s.pending.length) return undefined;
+    return { temperature: g.req.temperature, topP: g.req.topP, seed: g.seed, budget: g.req.maxTokens, eos: [...this.text.eosIds] };
+  }
+
   /** Starts the given branches from `from`'s KV cache (shared, not copied). */
   private async forkBranches(from: Seq, job: ScoreJob, indices: number[]): Promise<void> {
     if (indices.length === 0 || job.cancelled) return;
@@ -354,43 +348,80 @@ const decode = decoding.length > 0 && (!prefilling.length || !this.lastWasDecode
     });
   }
 
-  /** Runs one decode step and samples it; returns the text work of its tokens, for the loop to run while the next step computes. */
-  private async decodeStep(rows: Seq[]): Promise<() => void> {
-    M.batchSize.observe({ model: this.modelId, phase: 'decode' }, rows.length);
-    const logits = await this.runner.step(rows.map((s) => ({ seq: s.id, tokens: s.pending })));
-    const sampled: Array<{ s: Seq; tok: number }> = [];
-    for (let b = 0; b < rows.length; b++) {
-      const s = rows[b]!;
-      s.pending = [];
-      // A sequence ended by a stop string while this step ran: its extra token is dropped, never counted.
-      if (!s.cancelled && !s.gen!.finished) sampled.push({ s, tok: this.sampleNext(s, logits, b) });
-    }
-    return () => {
-      for (const { s, tok } of sampled) this.deliver(s, tok);
+  /**
+   * A decode run: the worker steps these sequences on its own and sends each
+   * step's tokens, which become text and events here as they arrive. The run
+   * is interrupted (it ends after the worker's current step) when the batch
+   * should change: a prompt to prefill, a new request, a reader that stopped
+   * reading or caught up, a cancellation. Sequences that end here (a stop
+   * string, a cancelled stream) are freed in the worker at its next step.
+   */
+  private async decodeRun(rows: Seq[], prefillWaiting: boolean): Promise<void> {
+    const byId = new Map(rows.map((s) => [s.id, s]));
+    let interrupted = false;
+    const interrupt = () => {
+      if (interrupted) return;
+      interrupted = true;
+      this.runner.interrupt();
     };
+    const dropped = new Set<number>();
+    let steps = 0;
+    this.replan = interrupt;
+    try {
+      const run = this.runner.decode(rows.map((s) => s.id), (seqs, tokens) => {
+        steps++;
+        M.batchSize.observe({ model: this.modelId, phase: 'decode' }, seqs.length);
+        const drop: number[] = [];
+        for (let b = 0; b < seqs.length; b++) {
+          const s = byId.get(seqs[b]!);
+          if (!s || dropped.has(s.id)) continue;
+          const g = s.gen!;
+          if (!s.cancelled && !g.finished) {
+            s.pending = [];
+            this.accept(s, tokens[b]!);
+          }
+          // Ended here while the worker would go on: free it there (the token it may still make is never counted).
+          if ((s.cancelled || g.finished) && !this.endedInWorker(s, tokens[b]!)) {
+            dropped.add(s.id);
+            drop.push(s.id);
+          }
+        }
+        if (drop.length) this.runner.free(drop);
+        if (rows.some((s) => !dropped.has(s.id) && !s.gen!.finished && this.paused(s))) interrupt();
+      });
+      if (prefillWaiting) interrupt(); // one step, then the waiting prompt
+      await run;
+      // The worker ends a sequence by the same rules as accept(); a run that stepped nothing would loop forever.
+      if (steps === 0 && !interrupted) throw new Error(`decode run of ${rows.length} sequences made no step`);
+    } finally {
+      this.replan = undefined;
+    }
   }
 
-  /** Samples the next token of a sequence and turns it into text, stop and finish events. */
-  private emitToken(s: Seq, logits: Float32Array, row: number): void {
-    this.deliver(s, this.sampleNext(s, logits, row));
+  /** Whether the worker stopped this sequence by itself after `tok`: end of text, or max_tokens reached. */
+  private endedInWorker(s: Seq, tok: number): boolean {
+    return this.text.eosIds.has(tok) || s.gen!.produced >= s.gen!.req.maxTokens;
+  }
+
+  /** Turns a sampled token into text, stop and finish events. */
+  private emitToken(s: Seq, tok: number): void {
+    this.accept(s, tok);
   }
 
   /**
-   * Samples and counts a token. Decoding goes on with it at once unless it
-   * ends the sequence by itself (end of text, max_tokens); a stop string is
-   * found when it is delivered, at most one step later.
+   * Counts a token sampled by the worker and delivers it. The sequence goes
+   * on with it unless it ends the sequence by itself (end of text, max_tokens).
    */
-  private sampleNext(s: Seq, logits: Float32Array, row: number): number {
+  private accept(s: Seq, tok: number): void {
     const g = s.gen!;
     const now = performance.now();
-    const tok = sample(logits, row * this.vocab, this.vocab, g.req.temperature, g.req.topP, g.rand);
     if (g.produced === 0) M.ttft.observe({ model: this.modelId }, (now - g.enqueuedAt) / 1000);
     else M.itl.observe({ model: this.modelId }, (now - g.lastTokenAt) / 1000);
     g.lastTokenAt = now;
     g.produced++;
     M.generatedTokens.inc({ model: this.modelId });
     if (!this.text.eosIds.has(tok) && g.produced < g.req.maxTokens) s.pending = [tok];
-    return tok;
+    this.deliver(s, tok);
   }
 
   private deliver(s: Seq, tok: number): void {

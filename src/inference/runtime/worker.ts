@@ -1,6 +1,7 @@
 import { parentPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
-import type { Arch, Reply, Request, StepRow } from './protocol.js';
+import type { Arch, Reply, Request, SamplerSpec, StepRow } from './protocol.js';
+import { mulberry32, sample } from './sampler.js';
 
 // One model's ONNX session, run on this thread (session.run blocks it), and
 // the KV cache of every live sequence: per sequence and layer, a key and a
@@ -230,6 +231,75 @@ async function step(rows: StepRow[]): Promise<Float32Array> {
   return last;
 }
 
+/**
+ * A generation's sampler. Sampling here, next to the session, lets a decode
+ * run go on step after step with no round trip to the main thread: on a
+ * 2-core machine the main thread is often not running when a step ends, and
+ * waiting for it cost a quarter of the worker's time.
+ */
+interface Sampling {
+  temperature: number;
+  topP: number;
+  rand: () => number;
+  budget: number;
+  eos: Set<number>;
+  /** The last sampled token: the input of the sequence's next decode step. */
+  next: number;
+  /** End of text or budget spent: no more steps. */
+  ended: boolean;
+}
+const samplers = new Map<number, Sampling>();
+
+/** Samples row `row` of `logits` (rows of `V` last-position logits). */
+function draw(sm: Sampling, logits: Float32Array, row: number, V: number): number {
+  const tok = sample(logits, row * V, V, sm.temperature, sm.topP, sm.rand);
+  sm.next = tok;
+  sm.budget--;
+  sm.ended = sm.eos.has(tok) || sm.budget <= 0;
+  return tok;
+}
+
+function startSampler(seq: number, spec: SamplerSpec): Sampling {
+  const sm: Sampling = { temperature: spec.temperature, topP: spec.topP, rand: mulberry32(spec.seed), budget: spec.budget, eos: new Set(spec.eos), next: -1, ended: false };
+  samplers.set(seq, sm);
+  return sm;
+}
+
+/** A prompt step: rows that end a generation's prompt are sampled here; every row's logits go back too (scoring reads them). */
+async function promptStep(rows: StepRow[]): Promise<{ logits: Float32Array; tokens: Int32Array }> {
+  const logits = await step(rows);
+  const tokens = new Int32Array(rows.length).fill(-1);
+  rows.forEach((r, b) => {
+    if (r.sampler) tokens[b] = draw(startSampler(r.seq, r.sampler), logits, b, logits.length / rows.length);
+  });
+  return { logits, tokens };
+}
+
+let interruptRequested = false;
+
+/** Decodes `seqs` until each has ended or been freed, or the main thread interrupts; posts each step's tokens. */
+async function decodeRun(id: number, seqs: number[]): Promise<void> {
+  interruptRequested = false;
+  const alive = (seq: number) => caches.has(seq) && samplers.get(seq)?.ended === false;
+  let live = seqs.filter(alive);
+  while (live.length && !interruptRequested) {
+    const logits = await step(live.map((seq) => ({ seq, tokens: [samplers.get(seq)!.next] })));
+    const V = logits.length / live.length;
+    const tokens = Int32Array.from(live, (seq, b) => draw(samplers.get(seq)!, logits, b, V));
+    port.postMessage({ type: 'tokens', id, seqs: live, tokens } satisfies Reply, [tokens.buffer as ArrayBuffer]);
+    applyDeferredFrees();
+    live = live.filter(alive);
+  }
+}
+
+// Frees that arrive while a step is in flight wait for it: the batch in the
+// session's tensors must not change under a running step.
+let busy = false;
+const deferredFrees: number[] = [];
+function applyDeferredFrees(): void {
+  if (deferredFrees.length) free(deferredFrees.splice(0));
+}
+
 function fork(from: number, to: number[]): void {
   if (batch?.seqs.includes(from)) materialize();
   const src = caches.get(from);
@@ -250,6 +320,7 @@ function free(seqs: number[]): void {
     if (!kv) continue;
     kvBytes -= 2 * arch.layers * arch.kvHeads * kv.cap * arch.headDim * elemBytes();
     caches.delete(s);
+    samplers.delete(s);
   }
 }
 
@@ -261,16 +332,37 @@ port.on('message', async (msg: Request) => {
         port.postMessage({ type: 'ready', arch } satisfies Reply);
         return;
       case 'step': {
-        const logits = await step(msg.rows);
-        port.postMessage({ type: 'step', id: msg.id, logits, kvBytes } satisfies Reply, [logits.buffer as ArrayBuffer]);
+        busy = true;
+        try {
+          const { logits, tokens } = await promptStep(msg.rows);
+          port.postMessage({ type: 'step', id: msg.id, logits, tokens, kvBytes } satisfies Reply, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
+        } finally {
+          busy = false;
+          applyDeferredFrees();
+        }
         return;
       }
+      case 'decode': {
+        busy = true;
+        try {
+          await decodeRun(msg.id, msg.seqs);
+        } finally {
+          busy = false;
+          applyDeferredFrees();
+        }
+        port.postMessage({ type: 'decode-done', id: msg.id, kvBytes } satisfies Reply);
+        return;
+      }
+      case 'interrupt':
+        interruptRequested = true;
+        return;
       case 'fork':
         fork(msg.from, msg.to);
         port.postMessage({ type: 'done', id: msg.id } satisfies Reply);
         return;
       case 'free':
-        free(msg.seqs);
+        if (busy) deferredFrees.push(...msg.seqs);
+        else free(msg.seqs);
         return;
       case 'close':
         await session?.release();
