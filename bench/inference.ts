@@ -7,15 +7,15 @@ import { benchKey, fmt, machine } from './lib.js';
 
 // Chat throughput through the daemon: N concurrent streams, aggregate
 // completion tokens per second and time to first token, over SSE as a client
-// sees them. Usage: node dist/bench/inference.js [--model ID] [--models-dir DIR] [--tokens 64] [--streams 1,4,16,64] [--seconds 4] [--raw-seconds 2]
+// sees them. Usage: node dist/bench/inference.js [--model ID] [--models-dir DIR] [--tokens 64] [--streams 1,4,16,64] [--seconds 8] [--raw-seconds 4]
 
 const args = new Map<string, string>();
 for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
 const model = args.get('model') ?? 'cloudgate/stories260k';
 const maxTokens = Number(args.get('tokens') ?? 64);
 const streams = (args.get('streams') ?? '1,4,16,64').split(',').map(Number);
-const seconds = Number(args.get('seconds') ?? 4);
-const rawSeconds = Number(args.get('raw-seconds') ?? 2);
+const seconds = Number(args.get('seconds') ?? 8);
+const rawSeconds = Number(args.get('raw-seconds') ?? 4);
 
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * p))] ?? NaN;
 

@@ -9,9 +9,10 @@ import { logSoftmax } from './sampler.js';
 import { Detokenizer, StopMatcher, type ModelText } from './text.js';
 
 // One owner of a model's batch slots. Sequences join between steps and leave
-// when done; each step is either a decode step (every decoding sequence, one
-// token each) or a bounded prefill step (prompt chunks), alternating when both
-// have work, so a long prompt delays running streams by one step at most.
+// when done; the worker either decodes (a run of steps, every decoding
+// sequence one token each, sampled in the worker) or takes a bounded prefill
+// step (prompt chunks), alternating when both have work, so a long prompt
+// delays running streams by one step at most.
 
 interface Gen {
   req: GenerateRequest;
@@ -314,7 +315,7 @@ export class Scheduler {
       if (!seq.cancelled) M.promptTokens.inc({ model: this.modelId }, n);
       if (seq.pending.length > 0 || seq.cancelled) continue;
       if (seq.gen) {
-        this.emitToken(seq, tokens[b]!);
+        this.accept(seq, tokens[b]!);
       } else if (seq.branch) {
         const { job, index } = seq.branch;
         job.logprobs[index] = logSoftmax(logits, b * this.vocab, this.vocab);
@@ -401,11 +402,6 @@ export class Scheduler {
   /** Whether the worker stopped this sequence by itself after `tok`: end of text, or max_tokens reached. */
   private endedInWorker(s: Seq, tok: number): boolean {
     return this.text.eosIds.has(tok) || s.gen!.produced >= s.gen!.req.maxTokens;
-  }
-
-  /** Turns a sampled token into text, stop and finish events. */
-  private emitToken(s: Seq, tok: number): void {
-    this.accept(s, tok);
   }
 
   /**
