@@ -9,6 +9,13 @@ export interface EngineOptions {
   prefillTokensPerStepMax: number;
   /** The same bound when no stream is decoding: nothing waits on this step, so fewer, larger steps win (all 64 question branches of an evaluation in one). */
   prefillTokensPerIdleStepMax: number;
+  /**
+   * Decode steps the worker runs on its own before the scheduler looks again.
+   * It bounds how far the worker runs ahead of the main thread (a paused
+   * reader's unread tokens, the tokens made after a stop string); 16 costs one
+   * round trip per 16 steps, a few percent at batch 16.
+   */
+  decodeRunStepsMax: number;
   /** Generated tokens a stream may hold unread before its sequence pauses (a reader that stopped reading costs no memory growth). */
   pendingTokensMax: number;
 }
@@ -19,4 +26,5 @@ export const defaultEngineOptions: EngineOptions = {
   prefillTokensPerStepMax: 512,
   prefillTokensPerIdleStepMax: 8192,
   pendingTokensMax: 256,
+  decodeRunStepsMax: 16,
 };

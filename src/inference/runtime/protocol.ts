@@ -42,8 +42,8 @@ export interface StepRow {
 export type Request =
   | InitMsg
   | { type: 'step'; id: number; rows: StepRow[] }
-  /** Decode these sampled sequences step after step until each ends (end of text, budget), is freed, or an interrupt arrives. */
-  | { type: 'decode'; id: number; seqs: number[] }
+  /** Decode these sampled sequences step after step until each ends (end of text, budget), is freed, an interrupt arrives, or `stepsMax` steps ran. */
+  | { type: 'decode'; id: number; seqs: number[]; stepsMax: number }
   /** Ends the running decode after its current step. */
   | { type: 'interrupt' }
   | { type: 'fork'; id: number; from: number; to: number[] }

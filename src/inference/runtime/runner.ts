@@ -76,14 +76,14 @@ export class Runner {
 
   /**
    * A decode run: the worker steps these sequences on its own, calling
-   * `onTokens` with each step's tokens, until each has ended or been freed or
-   * `interrupt()` is called. Resolves when the worker has stopped.
+   * `onTokens` with each step's tokens, until each has ended or been freed,
+   * `interrupt()` is called or `stepsMax` steps ran. Resolves when the worker has stopped.
    */
-  async decode(seqs: number[], onTokens: (seqs: number[], tokens: Int32Array) => void): Promise<void> {
+  async decode(seqs: number[], stepsMax: number, onTokens: (seqs: number[], tokens: Int32Array) => void): Promise<void> {
     const id = this.nextId++;
     this.onTokens.set(id, onTokens);
     try {
-      const r = (await this.call({ type: 'decode', id, seqs })) as Extract<Reply, { type: 'decode-done' }>;
+      const r = (await this.call({ type: 'decode', id, seqs, stepsMax })) as Extract<Reply, { type: 'decode-done' }>;
       this.kvBytes = r.kvBytes;
     } finally {
       this.onTokens.delete(id);

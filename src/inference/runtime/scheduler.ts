@@ -369,7 +369,7 @@ export class Scheduler {
     let steps = 0;
     this.replan = interrupt;
     try {
-      const run = this.runner.decode(rows.map((s) => s.id), (seqs, tokens) => {
+      const run = this.runner.decode(rows.map((s) => s.id), this.opts.decodeRunStepsMax, (seqs, tokens) => {
         steps++;
         M.batchSize.observe({ model: this.modelId, phase: 'decode' }, seqs.length);
         const drop: number[] = [];

@@ -277,12 +277,12 @@ async function promptStep(rows: StepRow[]): Promise<{ logits: Float32Array; toke
 
 let interruptRequested = false;
 
-/** Decodes `seqs` until each has ended or been freed, or the main thread interrupts; posts each step's tokens. */
-async function decodeRun(id: number, seqs: number[]): Promise<void> {
+/** Decodes `seqs` until each has ended or been freed, the main thread interrupts, or `stepsMax` steps ran; posts each step's tokens. */
+async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<void> {
   interruptRequested = false;
   const alive = (seq: number) => caches.has(seq) && samplers.get(seq)?.ended === false;
   let live = seqs.filter(alive);
-  while (live.length && !interruptRequested) {
+  for (let steps = 0; live.length && !interruptRequested && steps < stepsMax; steps++) {
     const logits = await step(live.map((seq) => ({ seq, tokens: [samplers.get(seq)!.next] })));
     const V = logits.length / live.length;
     const tokens = Int32Array.from(live, (seq, b) => draw(samplers.get(seq)!, logits, b, V));
@@ -345,7 +345,7 @@ port.on('message', async (msg: Request) => {
       case 'decode': {
         busy = true;
         try {
-          await decodeRun(msg.id, msg.seqs);
+          await decodeRun(msg.id, msg.seqs, msg.stepsMax);
         } finally {
           busy = false;
           applyDeferredFrees();
