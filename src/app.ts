@@ -68,7 +68,7 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
   const ops = opsRoutes(services.ready, () => shuttingDown);
   platform.addAll(ops);
   inference.addAll(ops.map((r) => ({ ...r, family: 'inference' as const })));
-  platform.addAll(issuanceRoutes(sql));
+  platform.addAll(issuanceRoutes(sql, services.auth));
   for (const m of modules) {
     const r = await m.init(services);
     if (r.platform) platform.addAll(r.platform);

@@ -48,7 +48,7 @@ export async function newUser(permissions: string[], rateLimits?: Record<string,
   if (u.status !== 201) throw new Error(`create user: ${u.status} ${JSON.stringify(u.body)}`);
   const k = await admin('POST', '/api/admin/api-keys', { userId: u.body.data.id, permissions, rateLimits });
   if (k.status !== 201) throw new Error(`create key: ${k.status} ${JSON.stringify(k.body)}`);
-  return { userId: u.body.data.id as string, walletId: u.body.data.walletId as string, key: k.body.data.key as string };
+  return { userId: u.body.data.id as string, walletId: u.body.data.walletId as string, key: k.body.data.key as string, keyId: k.body.data.id as string };
 }
 
 export async function newTeam(name = `team ${uniq()}`) {

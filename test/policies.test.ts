@@ -29,6 +29,28 @@ describe('rate limits', () => {
     await expect(sdk.chat.completions.create(chatBody() as never)).rejects.toMatchObject({ status: 429, code: 'rate_limit_exceeded' });
   });
 
+  it("changes a key's own limits in place with PATCH /api/admin/api-keys/{id}, validated, from the next request", async () => {
+    const u = await newUser(['inference:use'], { requestsPerMinute: 1 });
+    await fund(u.userId, 100_000);
+    const chat = () => call('inference', 'POST', '/api/v1/chat/completions', { key: u.key, body: chatBody() });
+    expect((await chat()).status).toBe(200);
+    expect((await chat()).status).toBe(429);
+    const patched = await admin('PATCH', `/api/admin/api-keys/${u.keyId}`, { rateLimits: { requestsPerMinute: 100 } });
+    expect(patched.status).toBe(200);
+    expect(patched.body.data).toMatchObject({ id: u.keyId, userId: u.userId, rateLimits: { requestsPerMinute: 100 } });
+    const r = await chat();
+    expect(r.status).toBe(200);
+    expect(r.headers.get('x-ratelimit-limit-requests')).toBe('100');
+    // null: back to the configured defaults
+    expect((await admin('PATCH', `/api/admin/api-keys/${u.keyId}`, { rateLimits: null })).status).toBe(200);
+    expect((await chat()).headers.get('x-ratelimit-limit-requests')).not.toBe('100');
+    const bad = await admin('PATCH', `/api/admin/api-keys/${u.keyId}`, { rateLimits: { requestsPerMinute: -1 } });
+    expect(bad.status).toBe(422);
+    expect(bad.body.errors[0].param).toBe('rateLimits.requestsPerMinute');
+    expect((await admin('PATCH', '/api/admin/api-keys/no-such-key', { rateLimits: null })).status).toBe(404);
+    expect((await call('platform', 'PATCH', `/api/admin/api-keys/${u.keyId}`, { key: u.key, body: { rateLimits: null } })).status).toBe(403);
+  });
+
   it('counts tokens: prompt plus max_tokens are reserved at admission', async () => {
     const u = await newUser(['inference:use'], { tokensPerMinute: 200 });
     await fund(u.userId, 100_000);

@@ -88,6 +88,19 @@ export async function createApiKey(
   return { id, key: secret, userId, name: name ?? null, permissions, rateLimits: limits, createdAt: iso(row!.created_at) };
 }
 
+/** Sets (or, with null, clears) a key's own rate limits. */
+export async function setKeyRateLimits(
+  sql: Sql,
+  keyId: string,
+  rateLimits: { requestsPerMinute?: number | null; tokensPerMinute?: number | null } | null,
+) {
+  const limits = rateLimits ? stripNulls({ ...rateLimits }) : null;
+  const [row] = await sql<{ id: string; user_id: string }[]>`
+    UPDATE api_keys SET rate_limits = ${limits ? sql.json(limits as never) : null} WHERE id = ${keyId} RETURNING id, user_id`;
+  if (!row) throw notFound('API key', keyId);
+  return { id: row.id, userId: row.user_id, rateLimits: limits };
+}
+
 function stripNulls(o: { [k: string]: number | null | undefined }): RateLimits {
   const r: Record<string, number> = {};
   for (const [k, v] of Object.entries(o)) if (v !== null && v !== undefined) r[k] = v;

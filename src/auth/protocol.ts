@@ -30,6 +30,9 @@ export const RateLimitsBody = z
   .object({ requestsPerMinute: perMinute.nullish(), tokensPerMinute: perMinute.nullish() })
   .strict();
 
+/** PATCH /api/admin/api-keys/{keyId}: the key's own limits; null goes back to the defaults. */
+export const PatchKeyBody = z.object({ rateLimits: RateLimitsBody.nullable() }).strict();
+
 export const CreateKeyBody = z.object({
   userId: z.string().min(1, 'must not be empty'),
   permissions: z

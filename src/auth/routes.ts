@@ -1,11 +1,12 @@
 import type { Sql } from '../db/index.js';
 import { parse } from '../http/validate.js';
 import type { Route } from '../http/router.js';
-import { AddMemberBody, CreateKeyBody, CreateTeamBody, CreateUserBody } from './protocol.js';
-import { addMember, createApiKey, createTeam, createUser } from './issuance.js';
+import type { Authenticator } from './authenticator.js';
+import { AddMemberBody, CreateKeyBody, CreateTeamBody, CreateUserBody, PatchKeyBody } from './protocol.js';
+import { addMember, createApiKey, createTeam, createUser, setKeyRateLimits } from './issuance.js';
 
 // Admin issuance routes. Each answers `{data, status}` like the other admin routes.
-export function issuanceRoutes(sql: Sql): Route[] {
+export function issuanceRoutes(sql: Sql, auth: Authenticator): Route[] {
   const ok = (data: unknown) => ({ status: 201, body: { data, status: 'success' } });
   const base = { method: 'POST' as const, family: 'platform' as const, auth: 'admin:users' };
   return [
@@ -39,6 +40,19 @@ export function issuanceRoutes(sql: Sql): Route[] {
       handler: async (ctx) => {
         const b = parse(CreateKeyBody, await ctx.json());
         return ok(await createApiKey(sql, b.userId, b.permissions, b.name, b.rateLimits));
+      },
+    },
+    {
+      // A key's own rate limits, changed in place. This daemon uses them from the next request;
+      // other daemons on the database within AUTH_CACHE_TTL_MS (their cached key lookups expire).
+      ...base,
+      method: 'PATCH',
+      path: '/api/admin/api-keys/:keyId',
+      handler: async (ctx) => {
+        const b = parse(PatchKeyBody, await ctx.json());
+        const r = await setKeyRateLimits(sql, ctx.params.keyId!, b.rateLimits);
+        auth.invalidate();
+        return { status: 200, body: { data: r, status: 'success' } };
       },
     },
   ];
