@@ -15,12 +15,12 @@ export const log = pino({
  * The one-line-per-request log. Its lines hold only fields the server picks
  * (ids, route pattern, status, timing; never headers or bodies), so they skip
  * the redaction pass, which was a third of the cost of logging a request.
+ * They are gathered up to ACCESS_LOG_BUFFER_BYTES (or for ACCESS_LOG_FLUSH_MS)
+ * and handed to the stream in one write: a write per request cost as much as
+ * the rest of the logging. An exit flushes them; a kill -9 loses at most the
+ * last second of the access log.
  */
-// Its lines are gathered here up to ACCESS_LOG_BUFFER_BYTES (or for
-// ACCESS_LOG_FLUSH_MS) and handed to the stream in one write: a write per
-// request cost as much as the rest of the logging. An exit flushes the
-// buffer; a kill -9 loses at most that much of the access log.
-const ACCESS_LOG_BUFFER_BYTES = 8 * 1024; // sonic-boom refuses chunks near its 16 KiB maxWrite
+const ACCESS_LOG_BUFFER_BYTES = 8 * 1024; // a few dozen lines: one write(2) per ~40 requests
 const ACCESS_LOG_FLUSH_MS = 1_000;
 const accessDest = pino.destination({ dest: 1, sync: false });
 const pending: string[] = [];
