@@ -13,6 +13,16 @@ export interface Reply {
   headers?: Record<string, string>;
 }
 
+/** A platform-family route; `extra` sets its own body limit or deadline. */
+export const platformRoute = (method: Method, path: string, auth: string, handler: Handler, extra: Partial<Route> = {}): Route => ({
+  method,
+  path,
+  family: 'platform',
+  auth,
+  handler,
+  ...extra,
+});
+
 /** A handler returns a Reply, or undefined when it wrote the response itself (SSE). */
 export type Handler = (ctx: Ctx) => Promise<Reply | undefined> | Reply | undefined;
 

@@ -119,27 +119,29 @@ async function lockInvoice(tx: Tx, walletId: string, invoiceId: string): Promise
   return row;
 }
 
-/** OPEN -> VOID, on the invoice and on its ledger row. PAID and VOID invoices are refused (409). */
-export async function cancelInvoice(sql: Sql, walletId: string, invoiceId: string): Promise<Invoice> {
+/**
+ * OPEN -> VOID (cancel) or OPEN -> PAID (the external provider reports
+ * payment), on the invoice and on its ledger row; the balance does not move.
+ * A PAID or VOID invoice is refused (409).
+ */
+async function settleInvoice(sql: Sql, walletId: string, invoiceId: string, to: 'VOID' | 'PAID'): Promise<Invoice> {
   return sql.begin(async (tx) => {
     const inv = await lockInvoice(tx, walletId, invoiceId);
-    if (inv.status !== 'OPEN') throw conflict(`invoice ${inv.provider_transaction_id} is ${inv.status}; only an OPEN invoice can be voided`, 'invoice_id');
-    const [row] = await tx<InvoiceRow[]>`UPDATE invoices SET status = 'VOID', voided_at = clock_timestamp() WHERE id = ${inv.id} RETURNING *`;
-    await tx`UPDATE wallet_transactions SET status = 'VOID' WHERE id = ${inv.transaction_id}`;
+    if (inv.status !== 'OPEN') {
+      throw conflict(`invoice ${inv.provider_transaction_id} is ${inv.status}; only an OPEN invoice can be ${to === 'VOID' ? 'voided' : 'paid'}`, 'invoice_id');
+    }
+    const [row] = await tx<InvoiceRow[]>`
+      UPDATE invoices SET status = ${to},
+        voided_at = CASE WHEN ${to} = 'VOID' THEN clock_timestamp() ELSE voided_at END,
+        paid_at = CASE WHEN ${to} = 'PAID' THEN clock_timestamp() ELSE paid_at END
+      WHERE id = ${inv.id} RETURNING *`;
+    await tx`UPDATE wallet_transactions SET status = ${to} WHERE id = ${inv.transaction_id}`;
     return record(row!);
   });
 }
 
-/** OPEN -> PAID (the external provider reports payment). Records PAID on its ledger row; the balance does not move. */
-export async function payInvoice(sql: Sql, walletId: string, invoiceId: string): Promise<Invoice> {
-  return sql.begin(async (tx) => {
-    const inv = await lockInvoice(tx, walletId, invoiceId);
-    if (inv.status !== 'OPEN') throw conflict(`invoice ${inv.provider_transaction_id} is ${inv.status}; only an OPEN invoice can be paid`, 'invoice_id');
-    const [row] = await tx<InvoiceRow[]>`UPDATE invoices SET status = 'PAID', paid_at = clock_timestamp() WHERE id = ${inv.id} RETURNING *`;
-    await tx`UPDATE wallet_transactions SET status = 'PAID' WHERE id = ${inv.transaction_id}`;
-    return record(row!);
-  });
-}
+export const cancelInvoice = (sql: Sql, walletId: string, invoiceId: string) => settleInvoice(sql, walletId, invoiceId, 'VOID');
+export const payInvoice = (sql: Sql, walletId: string, invoiceId: string) => settleInvoice(sql, walletId, invoiceId, 'PAID');
 
 const monthStart = (now: Date) => new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1));
 

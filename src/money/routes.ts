@@ -1,7 +1,7 @@
 import type { Sql } from '../db/index.js';
 import { ApiError, invalid } from '../errors.js';
 import type { Query } from '../http/context.js';
-import type { Route } from '../http/router.js';
+import { platformRoute, type Route } from '../http/router.js';
 import { parse } from '../http/validate.js';
 import { idempotencyKey } from './idempotency.js';
 import { cancelInvoice, issueInvoice, listInvoices, payInvoice } from './invoices.js';
@@ -29,7 +29,7 @@ function queryInt(q: Query, name: string, def: number, min: number, max: number)
 }
 
 export function moneyRoutes(sql: Sql): Route[] {
-  const r = (method: Route['method'], path: string, auth: string, handler: Route['handler']): Route => ({ method, path, family: 'platform', auth, handler });
+  const r = platformRoute;
   const ok = (data: unknown, status = 200) => ({ status, body: { data, status: 'success' } });
 
   return [

@@ -1,7 +1,7 @@
 import type { Sql } from '../db/index.js';
 import { invalid } from '../errors.js';
 import type { Ctx } from '../http/context.js';
-import type { Route } from '../http/router.js';
+import { platformRoute, type Route } from '../http/router.js';
 import { parse } from '../http/validate.js';
 import { queryBool, queryList, queryStr } from './common.js';
 import { forceTerminateDisk } from './disks.js';
@@ -21,14 +21,7 @@ const REASON_CHARS_MAX = 1000;
 const actorOf = (ctx: Ctx): Actor => ({ userId: ctx.principal.userId, keyId: ctx.principal.keyId });
 
 export function adminRoutes(sql: Sql, providers: Providers): Route[] {
-  const r = (method: Route['method'], path: string, auth: string, handler: Route['handler'], extra: Partial<Route> = {}): Route => ({
-    method,
-    path,
-    family: 'platform',
-    auth,
-    handler,
-    ...extra,
-  });
+  const r = platformRoute;
   const ok = (data: unknown, status: string | null = 'success', code = 200) => ({ status: code, body: { data, status } });
 
   return [

@@ -1,6 +1,6 @@
 import type { Sql } from '../db/index.js';
 import { notFound } from '../errors.js';
-import type { Route } from '../http/router.js';
+import { platformRoute, type Route } from '../http/router.js';
 import { parse } from '../http/validate.js';
 import { listDiskOffers, listGpuOffers } from './availability.js';
 import { offsetPage, queryInt, queryList, queryStr } from './common.js';
@@ -35,14 +35,7 @@ const SAMPLES_LIMIT_MAX = 1000;
 const REGIONS_MAX = 50;
 
 export function platformRoutes(sql: Sql, providers: Providers, samplesBodyBytesMax: number): Route[] {
-  const r = (method: Route['method'], path: string, auth: string, handler: Route['handler'], extra: Partial<Route> = {}): Route => ({
-    method,
-    path,
-    family: 'platform',
-    auth,
-    handler,
-    ...extra,
-  });
+  const r = platformRoute;
   const ok = (body: unknown, status = 200) => ({ status, body });
   /** A body already serialised (by PostgreSQL, on the hot read routes). */
   const raw = (text: string) => ({ raw: text, contentType: 'application/json' });

@@ -5,14 +5,8 @@ import type { LlamaCheckpoint, LlamaConfig, LlamaWeights } from './llama2c.js';
 import { kvDim, validateConfig } from './llama2c.js';
 import type { PieceVocab } from './tokenizer.js';
 
-export interface GenerateParams {
-  dim: number;
-  hiddenDim: number;
-  nLayers: number;
-  nHeads: number;
-  nKvHeads: number;
-  vocabSize: number;
-  seqLen: number;
+/** The shapes of the model (as a llama2.c header gives them) and the seed of its weights. */
+export interface GenerateParams extends Pick<LlamaConfig, 'dim' | 'hiddenDim' | 'nLayers' | 'nHeads' | 'nKvHeads' | 'vocabSize' | 'seqLen'> {
   seed: number;
   /** standard deviation of the weights; default 0.02 */
   std?: number;

@@ -4,21 +4,13 @@
 // source.json recording what the folder was built from (for idempotent rebuilds).
 import fs from 'node:fs';
 import path from 'node:path';
+import type { ServedModel } from '../engine-api.js';
 import type { LlamaConfig } from './llama2c.js';
 
-export type ModelKind = 'chat' | 'evaluation';
+export type ModelKind = ServedModel['kind'];
 
-export interface CloudgateModelConfig {
-  id: string;
-  kind: ModelKind;
-  contextLength: number;
-  maxTokensDefault: number;
-  maxTokensCap: number;
-  prices: { inputPerMTok: number; outputPerMTok: number };
-  ownedBy: string;
-  /** unix seconds */
-  created: number;
-}
+/** cloudgate.json: what the engine serves the model as (`created` in unix seconds). */
+export type CloudgateModelConfig = ServedModel;
 
 export interface SourceRecord {
   /** sha256 over the converter version, inputs and options */

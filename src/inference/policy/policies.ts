@@ -9,7 +9,7 @@ import type { Limits, RateLimiter } from './limiter.js';
 
 // A wallet's balance is re-read at most this often per wallet: the 402 check
 // costs no DB round trip per request, and a wallet that runs dry is refused
-// within a second. Team membership changes take effect within 10 s.
+// within a second. Team membership (and so RFT run access) changes take effect within 10 s.
 const BALANCE_CACHE_MS = 1_000;
 const MEMBERSHIP_CACHE_MS = 10_000;
 // Bounded caches: a flood of distinct teams or wallets cannot grow memory.
@@ -39,6 +39,7 @@ export class GatewayPolicies implements Policies {
   private readonly balances = new TtlCache<number>(BALANCE_CACHE_MS);
   private readonly members = new TtlCache<boolean>(MEMBERSHIP_CACHE_MS);
   private readonly wallets = new TtlCache<string | null>(Infinity);
+  private readonly runs = new TtlCache<boolean>(MEMBERSHIP_CACHE_MS);
 
   constructor(
     private readonly sql: Sql,
@@ -63,6 +64,14 @@ export class GatewayPolicies implements Policies {
 
   admitLight(ctx: Ctx): Record<string, string> {
     return this.limiter.admit([{ key: ctx.principal.keyId, limits: this.limitsOf(ctx) }], 0).headers;
+  }
+
+  /** Whether the user may attribute usage to the run; like memberships, only a yes is cached. */
+  private async runVisible(runId: string, userId: string, now: number): Promise<boolean> {
+    const key = `${runId}\u0000${userId}`;
+    const yes = await this.runs.get(key, now, () => runVisibleTo(this.sql, runId, userId));
+    if (!yes) this.runs.delete(key);
+    return yes;
   }
 
   async admit(ctx: Ctx, model: ServedModel, reservedTokens: number): Promise<Admission> {
@@ -106,7 +115,7 @@ export class GatewayPolicies implements Policies {
     const runId = ctx.header('x-rft-run-id')?.trim() || null;
     // The header is checked before any model work: tokens counted against a
     // run must come from its owner or its team, never from a stranger.
-    if (runId && !(await runVisibleTo(this.sql, runId, p.userId))) {
+    if (runId && !(await this.runVisible(runId, p.userId, now))) {
       throw new ApiError('not_found', `X-RFT-Run-ID names run ${JSON.stringify(runId)}, which does not exist or is not this API key's user's (or their team's)`, {
         param: 'x-rft-run-id',
         code: 'run_not_found',
