@@ -116,16 +116,21 @@ export class Ctx {
     return this.jsonCache;
   }
 
+  /** Status line and headers; every answer carries its request id. Call inside cork. */
+  private writeHead(status: number, contentType: string, headers?: Record<string, string>): void {
+    this.res.writeStatus(statusLine(status));
+    this.res.writeHeader('content-type', contentType);
+    this.res.writeHeader('x-request-id', this.requestId);
+    if (headers) for (const k in headers) this.res.writeHeader(k, headers[k]!);
+  }
+
   /** Writes a whole response once. Returns false when the client is gone. */
   send(status: number, body: string | Buffer, contentType: string, headers?: Record<string, string>, close = false): boolean {
     if (this.responded || this.aborted) return false;
     this.responded = true;
     this.status = status;
     this.res.cork(() => {
-      this.res.writeStatus(statusLine(status));
-      this.res.writeHeader('content-type', contentType);
-      this.res.writeHeader('x-request-id', this.requestId);
-      if (headers) for (const k in headers) this.res.writeHeader(k, headers[k]!);
+      this.writeHead(status, contentType, headers);
       if (status === 204) this.res.endWithoutBody(0, close);
       else this.res.end(body, close);
     });
@@ -137,12 +142,7 @@ export class Ctx {
     if (this.responded || this.aborted) return false;
     this.responded = true;
     this.status = status;
-    this.res.cork(() => {
-      this.res.writeStatus(statusLine(status));
-      this.res.writeHeader('content-type', contentType);
-      this.res.writeHeader('x-request-id', this.requestId);
-      if (headers) for (const k in headers) this.res.writeHeader(k, headers[k]!);
-    });
+    this.res.cork(() => this.writeHead(status, contentType, headers));
     this.res.onWritable(() => {
       const w = this.onWritableWaiter;
       this.onWritableWaiter = undefined;
