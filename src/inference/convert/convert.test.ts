@@ -154,6 +154,87 @@ async function checkBatch(ck: LlamaCheckpoint, sess: ort.InferenceSession, promp
 }
 
 /** One-pass prefill vs token-by-token with past. */
+/**
+ * The branch graph (rows continuing one shared prefix, each with its own past
+ * of a different length and a different number of new tokens, left-padded)
+ * against each row run from scratch on the model graph: last-position logits
+ * and the presents of the row's own positions.
+ */
+async function checkSharedPrefix(
+  ck: LlamaCheckpoint,
+  main: ort.InferenceSession,
+  branch: ort.InferenceSession,
+  prefix: number[],
+  rows: Array<{ own: number[]; next: number[] }>,
+  tol: number,
+): Promise<void> {
+  const { vocabSize: V, nKvHeads: KV, nLayers: L } = ck.config;
+  const hs = headSize(ck.config);
+  const Q = prefix.length;
+  const run = (tokens: number[]) =>
+    main.run({
+      input_ids: new ort.Tensor('int64', BigInt64Array.from(tokens, BigInt), [1, tokens.length]),
+      attention_mask: new ort.Tensor('int64', new BigInt64Array(tokens.length).fill(1n), [1, tokens.length]),
+      position_ids: new ort.Tensor('int64', BigInt64Array.from(tokens, (_, i) => BigInt(i)), [1, tokens.length]),
+      ...emptyPast(ck, 1),
+    });
+  const solo = [];
+  for (const r of rows) solo.push(await run([...prefix, ...r.own, ...r.next]));
+  const pre = await run(prefix);
+  const B = rows.length;
+  const P = Math.max(...rows.map((r) => r.own.length));
+  const S = Math.max(...rows.map((r) => r.next.length));
+  const T = P + S;
+  const ids = new BigInt64Array(B * S);
+  const pos = new BigInt64Array(B * S);
+  const mask = new BigInt64Array(B * T);
+  const feeds: Feeds = {};
+  rows.forEach((r, b) => {
+    mask.fill(1n, b * T + P - r.own.length, b * T + P);
+    r.next.forEach((t, i) => {
+      const j = S - r.next.length + i;
+      ids[b * S + j] = BigInt(t);
+      pos[b * S + j] = BigInt(Q + r.own.length + i);
+      mask[b * T + P + j] = 1n;
+    });
+  });
+  feeds.input_ids = new ort.Tensor('int64', ids, [B, S]);
+  feeds.position_ids = new ort.Tensor('int64', pos, [B, S]);
+  feeds.attention_mask = new ort.Tensor('int64', mask, [B, T]);
+  for (let l = 0; l < L; l++) {
+    for (const w of ['key', 'value']) {
+      feeds[`prefix_key_values.${l}.${w}`] = pre[`present.${l}.${w}`]!;
+      const past = new Float32Array(B * KV * P * hs);
+      rows.forEach((r, b) => {
+        const full = solo[b]![`present.${l}.${w}`]!.data as Float32Array;
+        const n = Q + r.own.length + r.next.length;
+        for (let h = 0; h < KV; h++) past.set(full.subarray((h * n + Q) * hs, (h * n + Q + r.own.length) * hs), ((b * KV + h) * P + P - r.own.length) * hs);
+      });
+      feeds[`past_key_values.${l}.${w}`] = new ort.Tensor('float32', past, [B, KV, P, hs]);
+    }
+  }
+  const out = await branch.run(feeds);
+  expect(out.logits!.dims).toEqual([B, 1, V]);
+  rows.forEach((r, b) => {
+    const n = Q + r.own.length + r.next.length;
+    const want = (solo[b]!.logits!.data as Float32Array).subarray((n - 1) * V, n * V);
+    const got = (out.logits!.data as Float32Array).subarray(b * V, (b + 1) * V);
+    for (let i = 0; i < V; i++) expect(Math.abs(got[i]! - want[i]!)).toBeLessThan(tol);
+    for (let l = 0; l < L; l++) {
+      const full = solo[b]![`present.${l}.key`]!.data as Float32Array;
+      const mine = out[`present.${l}.key`]!.data as Float32Array;
+      // the row's positions in the padded present: where its mask is 1, in order
+      const at = Array.from({ length: T }, (_, j) => j).filter((j) => mask[b * T + j] === 1n);
+      expect(at).toHaveLength(r.own.length + r.next.length);
+      for (let h = 0; h < KV; h++) {
+        at.forEach((j, i) => {
+          for (let d = 0; d < hs; d++) expect(Math.abs(mine[((b * KV + h) * T + j) * hs + d]! - full[(h * n + Q + i) * hs + d]!)).toBeLessThan(tol);
+        });
+      }
+    }
+  });
+}
+
 async function checkIncremental(ck: LlamaCheckpoint, sess: ort.InferenceSession, tokens: number[], tol: number): Promise<void> {
   const V = ck.config.vocabSize;
   const full = await sess.run({
@@ -330,6 +411,26 @@ describe('seeded random-weight generator (always runs)', () => {
       await checkAgainstReference(ck, sess, [1, 5, 9, 33, 2, 60, 17, 4], 1e-4);
       await checkBatch(ck, sess, [[1, 3, 4, 5, 6, 7], [1, 9], [1, 10, 11, 12]], 1e-4);
       await checkIncremental(ck, sess, [1, 40, 41, 42, 43], 1e-4);
+    });
+  }
+
+  for (const [heads, kvHeads] of [
+    [8, 4],
+    [4, 1],
+    [4, 4],
+  ] as const) {
+    it(`the shared-prefix branch graph matches the model graph row by row (${heads} heads, ${kvHeads} kv heads)`, async () => {
+      const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: heads, nKvHeads: kvHeads, vocabSize: 64, seqLen: 32, seed: 11, std: 0.3 });
+      const main = await session(buildLlamaOnnx(ck).model);
+      const branch = await session(buildLlamaOnnx(ck, { sharedPrefix: true }).model);
+      const rows = [
+        { own: [], next: [5, 6, 7, 8] },
+        { own: [9, 10, 11], next: [12] },
+        { own: [13], next: [14, 15] },
+        { own: [], next: [16] },
+      ];
+      await checkSharedPrefix(ck, main, branch, [1, 20, 21, 22, 23, 24, 25], rows, 1e-4);
+      await checkSharedPrefix(ck, main, branch, [1], rows.slice(0, 1), 1e-4);
     });
   }
 

@@ -8,7 +8,7 @@ import { buildByteVocab, generateCheckpoint, type GenerateParams } from './gener
 import { writeModelDir, type CloudgateModelConfig, type ModelDirContents, type ModelKind } from './model-config.js';
 
 /** Bump when the ONNX layout or tokenizer output changes, so default models get rebuilt. */
-export const CONVERTER_VERSION = 'cloudgate-convert/1';
+export const CONVERTER_VERSION = 'cloudgate-convert/2';
 
 /** Fixed `created` for the repository's default models (keeps rebuilds byte-identical). */
 export const DEFAULT_CREATED = 1767225600; // 2026-01-01T00:00:00Z
@@ -67,9 +67,13 @@ export function buildModelDirContents(ck: LlamaCheckpoint, vocab: PieceVocab, me
   const tok = buildHfTokenizer(vocab, { modelMaxLength: ck.config.seqLen, chatTemplate: meta.chatTemplate });
   const weightBytes = estimateWeightBytes(ck);
   const external = weightBytes > EXTERNAL_DATA_THRESHOLD_BYTES;
-  const onnx = buildLlamaOnnx(ck, external ? { externalDataFile: 'model.onnx.data' } : {});
+  const writeOpts = external ? { externalDataFile: 'model.onnx.data' } : {};
+  const onnx = buildLlamaOnnx(ck, writeOpts);
+  // Evaluation models also get the shared-prefix graph for question branches; it reads the same weights file.
+  const branch = meta.kind === 'evaluation' ? buildLlamaOnnx(ck, { ...writeOpts, sharedPrefix: true }) : undefined;
+  if (branch?.data && !Buffer.from(branch.data).equals(Buffer.from(onnx.data!))) throw new Error('branch graph weights differ from the model graph weights');
   return {
-    onnx: { ...onnx, dataFileName: 'model.onnx.data' },
+    onnx: { ...onnx, dataFileName: 'model.onnx.data', branch: branch?.model },
     tokenizerJson: tok.tokenizerJson,
     tokenizerConfig: tok.tokenizerConfig,
     cloudgate: cg,

@@ -20,9 +20,12 @@ export interface SourceRecord {
 
 export const MODEL_FILES = ['model.onnx', 'tokenizer.json', 'tokenizer_config.json', 'config.json', 'cloudgate.json'] as const;
 export const SOURCE_FILE = 'source.json';
+/** The shared-prefix graph evaluation models score question branches with (see onnx-writer.ts). */
+export const BRANCH_FILE = 'branch.onnx';
 
 export interface ModelDirContents {
-  onnx: { model: Uint8Array; data?: Uint8Array; dataFileName?: string };
+  /** `branch`: evaluation models' shared-prefix graph (branch.onnx), reading the same weights file. */
+  onnx: { model: Uint8Array; data?: Uint8Array; dataFileName?: string; branch?: Uint8Array };
   tokenizerJson: unknown;
   tokenizerConfig: unknown;
   cloudgate: CloudgateModelConfig;
@@ -83,6 +86,8 @@ export function writeModelDir(outDir: string, c: ModelDirContents): void {
   const dataName = c.onnx.dataFileName ?? 'model.onnx.data';
   if (c.onnx.data) writeAtomic(path.join(outDir, dataName), c.onnx.data);
   else fs.rmSync(path.join(outDir, dataName), { force: true });
+  if (c.onnx.branch) writeAtomic(path.join(outDir, BRANCH_FILE), c.onnx.branch);
+  else fs.rmSync(path.join(outDir, BRANCH_FILE), { force: true });
   // compact tokenizer.json (vocab/merges make it long)
   writeAtomic(path.join(outDir, 'tokenizer.json'), JSON.stringify(c.tokenizerJson));
   writeAtomic(path.join(outDir, 'tokenizer_config.json'), json(c.tokenizerConfig));

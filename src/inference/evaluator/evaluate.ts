@@ -2,7 +2,7 @@ import { ApiError } from '../../errors.js';
 import type { BranchSpec, ServedModel } from '../engine-api.js';
 import type { Answer, EvaluationRequest, Question, Warning } from '../protocol.js';
 import { validateImages } from './images.js';
-import { BOOLEAN_WORDS, planQuestion, prefixText, type Detail } from './prompt.js';
+import { BOOLEAN_WORDS, planQuestion, prefixText, QUESTION_LEAD, type Detail } from './prompt.js';
 import { commonPrefix, distribution, needsTerminator, planBranches } from './score.js';
 
 /** What evaluation needs from the engine. */
@@ -32,16 +32,34 @@ interface Planned {
 const ANSWER_LEAD = 'A:';
 const DETAILS: Detail[] = ['full', 'names', 'none'];
 
-/** Tokens of each answer as it continues `Answer:`; see score.ts for why terminators. */
-function answerTokens(engine: EvalEngine, modelId: string, texts: string[]): number[][] {
-  const encodeAll = (suffix: string) => {
-    const base = engine.encode(modelId, ANSWER_LEAD);
-    const full = texts.map((t) => engine.encode(modelId, `${ANSWER_LEAD} ${t}${suffix}`));
-    const cut = Math.min(commonPrefix([base, ...full]), base.length);
-    return full.map((f) => f.slice(cut));
+/**
+ * Tokens of each text as it continues `lead`: encoded together and cut where
+ * they part from the lead's own tokens, so that a leading space, say, joins
+ * the first word as it would in running text.
+ */
+function continuations(encode: Encode, lead: string, texts: string[]): number[][] {
+  const base = encode(lead);
+  const full = texts.map((t) => encode(lead + t));
+  const cut = Math.min(commonPrefix([base, ...full]), base.length);
+  return full.map((f) => f.slice(cut));
+}
+
+/** Tokens of each answer as it continues `A:`; see score.ts for why terminators. */
+function answerTokens(encode: Encode, texts: string[]): number[][] {
+  const plain = continuations(encode, ANSWER_LEAD, texts.map((t) => ` ${t}`));
+  return needsTerminator(plain) ? continuations(encode, ANSWER_LEAD, texts.map((t) => ` ${t}\n`)) : plain;
+}
+
+type Encode = (text: string) => number[];
+
+/** The model's encoder, remembering within one request: every boolean question shares its answers' tokens. */
+function memoEncoder(engine: EvalEngine, modelId: string): Encode {
+  const seen = new Map<string, number[]>();
+  return (text) => {
+    let t = seen.get(text);
+    if (!t) seen.set(text, (t = engine.encode(modelId, text)));
+    return t;
   };
-  const plain = encodeAll('');
-  return needsTerminator(plain) ? encodeAll('\n') : plain;
 }
 
 export interface EvaluationPlan {
@@ -69,16 +87,17 @@ export function planEvaluation(engine: EvalEngine, model: ServedModel, req: Eval
   }
   const room = model.contextLength - prefixTokens.length;
   // Single-token yes/no words keep a boolean question to one branch.
-  const booleanWords = BOOLEAN_WORDS.find((w) => answerTokens(engine, model.id, w).every((t) => t.length === 1)) ?? BOOLEAN_WORDS[0]!;
+  const encode = memoEncoder(engine, model.id);
+  const booleanWords = BOOLEAN_WORDS.find((w) => answerTokens(encode, w).every((t) => t.length === 1)) ?? BOOLEAN_WORDS[0]!;
   const branches: BranchSpec[] = [];
   const planned: Planned[] = [];
   for (const [id, question] of Object.entries(req.questions)) {
     let done = false;
     for (const detail of DETAILS) {
       const plan = planQuestion(question, detail, booleanWords);
-      const alts = answerTokens(engine, model.id, plan.alternatives.map((a) => a.text));
+      const alts = answerTokens(encode, plan.alternatives.map((a) => a.text));
       const longestAlt = Math.max(...alts.map((a) => a.length));
-      const qTokens = plan.texts.map((t) => engine.encode(model.id, t));
+      const qTokens = continuations(encode, QUESTION_LEAD, plan.texts);
       if (Math.max(...qTokens.map((q) => q.length)) + longestAlt > room) continue;
       planned.push({ id, question, keys: plan.alternatives.map((a) => a.key), rotations: qTokens.map((q) => planBranches(q, alts, branches)) });
       done = true;

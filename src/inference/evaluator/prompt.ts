@@ -9,13 +9,16 @@ export const CHOICE_ROTATIONS_MAX = 3;
 
 const asText = (v: unknown): string => (typeof v === 'string' ? v : JSON.stringify(v));
 
+/** The text every question starts with; it ends the shared prefix, so questions do not pay for it. */
+export const QUESTION_LEAD = '\nQ:';
+
 // Everything every question shares sits in the prefix, run once; each
 // question adds only its own words (its tokens are the per-question cost).
 export function prefixText(state: unknown): string {
   return (
     'You are an evaluator. Read the state, then answer each question about it. ' +
     'Answer yes/no questions with yes or no, option questions with one option name, and rating questions with a number.\n\n' +
-    `State:\n${asText(state)}\n`
+    `State:\n${asText(state)}\n${QUESTION_LEAD}`
   );
 }
 
@@ -36,7 +39,7 @@ export interface Alternative {
 
 export interface QuestionPlan {
   alternatives: Alternative[];
-  /** One question text per rotation of the option listing; their answer distributions are averaged. */
+  /** One question text per rotation of the option listing, continuing QUESTION_LEAD; their answer distributions are averaged. */
   texts: string[];
 }
 
@@ -62,7 +65,7 @@ export function planQuestion(q: Question, detail: Detail, booleanWords: [string,
           { key: 'true', text: yes },
           { key: 'false', text: no },
         ],
-        texts: [`\nQ:${ask}${meaning}\nA:`],
+        texts: [`${ask}${meaning}\nA:`],
       };
     }
     case 'score': {
@@ -71,7 +74,7 @@ export function planQuestion(q: Question, detail: Detail, booleanWords: [string,
       const listing = detail === 'full' ? `\n${levels}` : '';
       return {
         alternatives: q.criteria.map((_, i) => ({ key: String(i), text: String(i) })),
-        texts: [`\nQ:${ask} Rate from 0 (lowest) to ${n - 1} (highest).${listing}\nA:`],
+        texts: [`${ask} Rate from 0 (lowest) to ${n - 1} (highest).${listing}\nA:`],
       };
     }
     case 'choice': {
@@ -87,7 +90,7 @@ export function planQuestion(q: Question, detail: Detail, booleanWords: [string,
         const start = Math.floor((r * names.length) / rotations);
         const order = [...names.slice(start), ...names.slice(0, start)];
         const listing = detail === 'none' ? '' : `\nOptions:\n${order.map(line).join('\n')}`;
-        texts.push(`\nQ:${ask}${listing}\nA:`);
+        texts.push(`${ask}${listing}\nA:`);
       }
       return { alternatives: names.map((n) => ({ key: n, text: n })), texts };
     }

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
 import { log } from '../../log.js';
+import { BRANCH_FILE } from '../convert/model-config.js';
 import type { BranchSpec, ChatMessage, GenerateEvent, GenerateRequest, ServedModel } from '../engine-api.js';
 import type { InferenceEngine } from '../routes.js';
 import { defaultEngineOptions, type EngineOptions } from './options.js';
@@ -53,8 +54,10 @@ export class Engine implements InferenceEngine {
         const c = ModelConfig.parse(JSON.parse(fs.readFileSync(cfgFile, 'utf8')));
         if (models.has(c.id)) throw new Error(`duplicate model id ${c.id}`);
         const text = new ModelText(dir);
+        const branchPath = path.join(dir, BRANCH_FILE);
         const runner = await Runner.start({
           modelPath: path.join(dir, 'model.onnx'),
+          branchModelPath: c.kind === 'evaluation' && fs.existsSync(branchPath) ? branchPath : undefined,
           executionProvider: cfg.executionProvider,
           strict: cfg.strict,
           intraOpThreads: cfg.intraOpThreads,

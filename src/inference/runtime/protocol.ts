@@ -7,6 +7,8 @@
 export interface InitMsg {
   type: 'init';
   modelPath: string;
+  /** The model's shared-prefix graph for scoring branches, when it has one (branch.onnx). */
+  branchModelPath?: string;
   executionProvider: 'cpu' | 'webgpu' | 'cuda';
   strict: boolean;
   intraOpThreads: number;
@@ -20,6 +22,8 @@ export interface Arch {
   logitsType: 'float32' | 'float16';
   vocab: number;
   hasPositionIds: boolean;
+  /** Branches of one prefix run through the shared-prefix graph (the prefix is not copied per row). */
+  sharedPrefix: boolean;
   provider: string;
 }
 

@@ -294,9 +294,13 @@ export class Scheduler {
     s.cancelled = true;
   }
 
-  private async prefillStep(cands: Seq[], budget: number): Promise<void> {
+  private async prefillStep(all: Seq[], budget: number): Promise<void> {
     // Shortest remaining first packs more rows under the budget and finishes prompts sooner.
-    cands.sort((a, b) => a.pending.length - b.pending.length);
+    all.sort((a, b) => a.pending.length - b.pending.length);
+    // Branches of one evaluation step alone, so the worker feeds their shared prefix once
+    // (and a request's answers do not depend on what else was queued with it).
+    const job = all[0]!.branch?.job;
+    const cands = all.filter((s) => s.branch?.job === job);
     const rows: Array<{ seq: Seq; n: number }> = [];
     let width = 0;
     for (const s of cands) {

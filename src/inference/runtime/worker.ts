@@ -9,6 +9,8 @@ import { mulberry32, sample } from './sampler.js';
 
 const port = parentPort!;
 let session: ort.InferenceSession;
+/** The shared-prefix graph (branch.onnx) of evaluation models, when there is one. */
+let branchSession: ort.InferenceSession | undefined;
 let arch: Arch;
 
 /**
@@ -24,6 +26,8 @@ interface Kv {
   v: Array<Float32Array | Uint16Array>;
   base?: Kv;
   baseLen: number;
+  /** A prefix's cache as the branch graph's `prefix_key_values` feeds, built once for all its branch steps. */
+  prefixFeeds?: { len: number; feeds: Record<string, ort.Tensor> };
 }
 const caches = new Map<number, Kv>();
 let kvBytes = 0;
@@ -37,15 +41,14 @@ function newKv(cap: number): Kv {
   return { len: 0, cap, k: Array.from({ length: arch.layers }, () => alloc(n)), v: Array.from({ length: arch.layers }, () => alloc(n)), baseLen: 0 };
 }
 
-/** Copies the first `count` positions of head h (layer l) of a cache, parents first, to dst at dstOff. */
-function copyRange(kv: Kv, l: number, which: 'key' | 'value', h: number, count: number, dst: Float32Array | Uint16Array, dstOff: number): void {
+/** Copies positions [from, to) of head h (layer l) of a cache, the parents' part from the parents, to dst at dstOff. */
+function copySpan(kv: Kv, l: number, which: 'key' | 'value', h: number, from: number, to: number, dst: Float32Array | Uint16Array, dstOff: number): void {
   const D = arch.headDim;
-  const fromBase = Math.min(count, kv.baseLen);
-  if (kv.base && fromBase > 0) copyRange(kv.base, l, which, h, fromBase, dst, dstOff);
-  const own = count - fromBase;
-  if (own > 0) {
+  if (kv.base && from < kv.baseLen) copySpan(kv.base, l, which, h, from, Math.min(to, kv.baseLen), dst, dstOff);
+  const start = Math.max(from, kv.baseLen);
+  if (to > start) {
     const src = which === 'key' ? kv.k[l]! : kv.v[l]!;
-    dst.set(src.subarray(h * kv.cap * D, (h * kv.cap + own) * D), dstOff + fromBase * D);
+    dst.set(src.subarray((h * kv.cap + start - kv.baseLen) * D, (h * kv.cap + to - kv.baseLen) * D), dstOff + (start - from) * D);
   }
 }
 
@@ -111,7 +114,13 @@ async function init(msg: Extract<Request, { type: 'init' }>): Promise<void> {
     vocab: Number(logitsMeta.shape[2]) || 0,
     hasPositionIds: meta.some((m) => m.name === 'position_ids'),
     provider,
+    sharedPrefix: false,
   };
+  if (msg.branchModelPath) {
+    branchSession = await ort.InferenceSession.create(msg.branchModelPath, { ...base, executionProviders: [provider] });
+    if (!branchSession.inputNames.includes('prefix_key_values.0.key')) throw new Error(`${msg.branchModelPath} has no prefix_key_values inputs`);
+    arch.sharedPrefix = true;
+  }
 }
 
 /**
@@ -119,20 +128,25 @@ async function init(msg: Extract<Request, { type: 'init' }>): Promise<void> {
  * the next step is the same rows with one token each (steady decoding), the
  * presents are fed back as the pasts with no copying, as in a plain loop.
  * `mask` says, per row, which of the P positions hold that row's tokens (pads
- * sit where rows joined with shorter pasts or shorter chunks).
+ * sit where rows joined with shorter pasts or shorter chunks); a row's i-th
+ * token is at absolute position `offset + i` (the shared prefix's length
+ * after a branch-graph step, whose tensors hold only positions after it).
  */
 interface BatchState {
   seqs: number[];
   past: Record<string, ort.Tensor>;
   P: number;
   mask: BigInt64Array; // B x P, 1n where a row has a token: fed to the session as is
+  offset: number;
+  /** Written by the branch graph: never fed back as a steady batch. */
+  shared: boolean;
 }
 let batch: BatchState | undefined;
 
 /** Writes the batch tensors back into the per-sequence stores; needed before the rows change. */
 function materialize(): void {
   if (!batch) return;
-  const { seqs, past, P, mask } = batch;
+  const { seqs, past, P, mask, offset } = batch;
   const { layers, kvHeads: H, headDim: D } = arch;
   for (let b = 0; b < seqs.length; b++) {
     const kv = caches.get(seqs[b]!);
@@ -147,11 +161,11 @@ function materialize(): void {
         for (let h = 0; h < H; h++) {
           const base = (b * H + h) * P;
           // Runs of consecutive positions copy as one block; shared base positions are the parent's.
-          let i = kv.baseLen;
+          let i = Math.max(0, kv.baseLen - offset);
           while (i < positions.length) {
             let j = i;
             while (j + 1 < positions.length && positions[j + 1] === positions[j]! + 1) j++;
-            dst.set(src.subarray((base + positions[i]!) * D, (base + positions[j]! + 1) * D), (h * kv.cap + i - kv.baseLen) * D);
+            dst.set(src.subarray((base + positions[i]!) * D, (base + positions[j]! + 1) * D), (h * kv.cap + offset + i - kv.baseLen) * D);
             i = j + 1;
           }
         }
@@ -161,15 +175,46 @@ function materialize(): void {
   batch = undefined;
 }
 
+/** Puts a row's new tokens at the right of its S columns and marks them in its [P + S] mask row. */
+function placeRow(b: number, toks: number[], firstPos: number, S: number, T: number, P: number, ids: BigInt64Array, pos: BigInt64Array, mask: BigInt64Array): void {
+  const off = S - toks.length;
+  for (let i = 0; i < toks.length; i++) {
+    ids[b * S + off + i] = BigInt(toks[i]!);
+    pos[b * S + off + i] = BigInt(firstPos + i);
+    mask[b * T + P + off + i] = 1n;
+  }
+}
+
+/** Last-position logits of every row, as float32 (the branch graph outputs only that position). */
+function lastLogits(logits: ort.Tensor, B: number): Float32Array {
+  const [, S, V] = logits.dims.map(Number) as [number, number, number];
+  const last = new Float32Array(B * V);
+  const data = logits.data as Float32Array | Uint16Array;
+  for (let b = 0; b < B; b++) {
+    const from = (b * S + S - 1) * V;
+    if (arch.logitsType === 'float16') for (let i = 0; i < V; i++) last[b * V + i] = halfToFloat(data[from + i]!);
+    else last.set((data as Float32Array).subarray(from, from + V), b * V);
+  }
+  return last;
+}
+
+function presents(out: ort.InferenceSession.OnnxValueMapType): Record<string, ort.Tensor> {
+  const past: Record<string, ort.Tensor> = {};
+  for (let l = 0; l < arch.layers; l++) for (const which of ['key', 'value'] as const) past[`past_key_values.${l}.${which}`] = out[`present.${l}.${which}`]!;
+  return past;
+}
+
 /**
  * One forward pass over a batch. Row b holds `rows[b].tokens` new tokens after
  * its cached `len`; rows are left-padded to the longest past and the longest
  * new run, and the attention mask hides every pad.
  */
 async function step(rows: StepRow[]): Promise<Float32Array> {
+  const root = sharedRoot(rows);
+  if (root) return branchStep(rows, root);
   const B = rows.length;
   const { layers, kvHeads: H, headDim: D } = arch;
-  const steady = !!batch && batch.seqs.length === B && rows.every((r, b) => r.seq === batch!.seqs[b] && r.tokens.length === 1);
+  const steady = !!batch && !batch.shared && batch.seqs.length === B && rows.every((r, b) => r.seq === batch!.seqs[b] && r.tokens.length === 1);
   if (!steady) materialize();
   const kvs = rows.map((r) => {
     let kv = caches.get(r.seq);
@@ -184,15 +229,9 @@ async function step(rows: StepRow[]): Promise<Float32Array> {
   const mask = new BigInt64Array(B * T);
   for (let b = 0; b < B; b++) {
     const kv = kvs[b]!;
-    const toks = rows[b]!.tokens;
     if (steady) mask.set(batch!.mask.subarray(b * P, (b + 1) * P), b * T);
     else mask.fill(1n, b * T + P - kv.len, b * T + P);
-    const off = S - toks.length;
-    for (let i = 0; i < toks.length; i++) {
-      ids[b * S + off + i] = BigInt(toks[i]!);
-      pos[b * S + off + i] = BigInt(kv.len + i);
-      mask[b * T + P + off + i] = 1n;
-    }
+    placeRow(b, rows[b]!.tokens, kv.len, S, T, P, ids, pos, mask);
   }
   const feeds: Record<string, ort.Tensor> = {
     input_ids: new ort.Tensor('int64', ids, [B, S]),
@@ -207,28 +246,92 @@ async function step(rows: StepRow[]): Promise<Float32Array> {
         for (let b = 0; b < B; b++) {
           const kv = kvs[b]!;
           const pad = P - kv.len;
-          for (let h = 0; h < H; h++) copyRange(kv, l, which, h, kv.len, buf, ((b * H + h) * P + pad) * D);
+          for (let h = 0; h < H; h++) copySpan(kv, l, which, h, 0, kv.len, buf, ((b * H + h) * P + pad) * D);
         }
         feeds[`past_key_values.${l}.${which}`] = new ort.Tensor(arch.kvType, buf, [B, H, P, D]);
       }
     }
   }
   const out = await session.run(feeds);
-  const past: Record<string, ort.Tensor> = {};
-  for (let l = 0; l < layers; l++) for (const which of ['key', 'value'] as const) past[`past_key_values.${l}.${which}`] = out[`present.${l}.${which}`]!;
   for (let b = 0; b < B; b++) kvs[b]!.len += rows[b]!.tokens.length;
   // The stores are now stale for these rows: the truth is in `past` until materialize().
-  batch = { seqs: rows.map((r) => r.seq), past, P: T, mask };
-  const logits = out.logits!;
-  const V = Number(logits.dims[2]);
-  const last = new Float32Array(B * V);
-  const data = logits.data as Float32Array | Uint16Array;
-  for (let b = 0; b < B; b++) {
-    const from = (b * S + S - 1) * V;
-    if (arch.logitsType === 'float16') for (let i = 0; i < V; i++) last[b * V + i] = halfToFloat(data[from + i]!);
-    else last.set((data as Float32Array).subarray(from, from + V), b * V);
+  batch = { seqs: rows.map((r) => r.seq), past: presents(out), P: T, mask, offset: 0, shared: false };
+  return lastLogits(out.logits!, B);
+}
+
+/** The prefix every row continues, when all rows are forks of one and the model has a branch graph. */
+function sharedRoot(rows: StepRow[]): Kv | undefined {
+  if (!branchSession) return undefined;
+  let root: Kv | undefined;
+  for (const r of rows) {
+    let kv = caches.get(r.seq);
+    if (!kv?.base) return undefined;
+    while (kv.base) kv = kv.base;
+    if (root && kv !== root) return undefined;
+    root = kv;
   }
-  return last;
+  return root;
+}
+
+function prefixFeeds(root: Kv): Record<string, ort.Tensor> {
+  if (root.prefixFeeds?.len === root.len) return root.prefixFeeds.feeds;
+  const { layers, kvHeads: H, headDim: D } = arch;
+  const Q = root.len;
+  const feeds: Record<string, ort.Tensor> = {};
+  for (let l = 0; l < layers; l++) {
+    for (const which of ['key', 'value'] as const) {
+      const buf = alloc(H * Q * D);
+      for (let h = 0; h < H; h++) copySpan(root, l, which, h, 0, Q, buf, h * Q * D);
+      feeds[`prefix_key_values.${l}.${which}`] = new ort.Tensor(arch.kvType, buf, [1, H, Q, D]);
+    }
+  }
+  root.prefixFeeds = { len: Q, feeds };
+  return feeds;
+}
+
+/**
+ * A step of branches of one prefix, on the branch graph: the prefix goes in
+ * once, and each row's past holds only its own positions after the prefix
+ * (a question's tokens, when the row is one of its answer tokens).
+ */
+async function branchStep(rows: StepRow[], root: Kv): Promise<Float32Array> {
+  materialize();
+  const B = rows.length;
+  const { layers, kvHeads: H, headDim: D } = arch;
+  const Q = root.len;
+  const kvs = rows.map((r) => caches.get(r.seq)!);
+  const P = Math.max(...kvs.map((k) => k.len - Q));
+  const S = Math.max(...rows.map((r) => r.tokens.length));
+  const T = P + S;
+  const ids = new BigInt64Array(B * S);
+  const pos = new BigInt64Array(B * S);
+  const mask = new BigInt64Array(B * T);
+  for (let b = 0; b < B; b++) {
+    const kv = kvs[b]!;
+    mask.fill(1n, b * T + P - (kv.len - Q), b * T + P);
+    placeRow(b, rows[b]!.tokens, kv.len, S, T, P, ids, pos, mask);
+  }
+  const feeds: Record<string, ort.Tensor> = {
+    input_ids: new ort.Tensor('int64', ids, [B, S]),
+    attention_mask: new ort.Tensor('int64', mask, [B, T]),
+    position_ids: new ort.Tensor('int64', pos, [B, S]),
+    ...prefixFeeds(root),
+  };
+  for (let l = 0; l < layers; l++) {
+    for (const which of ['key', 'value'] as const) {
+      const buf = alloc(B * H * P * D);
+      for (let b = 0; b < B; b++) {
+        const kv = kvs[b]!;
+        const pad = P - (kv.len - Q);
+        for (let h = 0; h < H; h++) copySpan(kv, l, which, h, Q, kv.len, buf, ((b * H + h) * P + pad) * D);
+      }
+      feeds[`past_key_values.${l}.${which}`] = new ort.Tensor(arch.kvType, buf, [B, H, P, D]);
+    }
+  }
+  const out = await branchSession!.run(feeds);
+  for (let b = 0; b < B; b++) kvs[b]!.len += rows[b]!.tokens.length;
+  batch = { seqs: rows.map((r) => r.seq), past: presents(out), P: T, mask, offset: Q, shared: true };
+  return lastLogits(out.logits!, B);
 }
 
 /**
