@@ -205,10 +205,17 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
   const ownBias = shared ? gb.op1('Squeeze', [bias, gb.i64([1])]) : ''; // [B, S, T]
   const packing = shared ? packingOf(gb, attnMask, p1, t1, { KV, g, hd }) : undefined;
   const prefixLen = shared ? gb.op1('Shape', [prefixK[0]!], { start: 2, end: 3 }) : '';
+  // The rows are expanded over the KV heads once per run: a Mul that broadcasts
+  // a middle axis runs in 8-float pieces, about ten times slower than one
+  // over equal shapes, and every layer does two.
+  const bs = gb.op1('Shape', [inputIds]);
   const ropeRows =
-    ropeMode === 'folded' ? gb.op1('Gather', ['rope_cos_sin', positionIds], { axis: 0 }, 'rope_rows') : ''; // [B, S, 2, slots, 1, hd]
-  const cosRows = ropeMode === 'matmul' ? gb.op1('Gather', ['rope_cos', positionIds], { axis: 0 }, 'rope_cos_rows') : ''; // [B, S, slots, 1, hd]
-  const sinRows = ropeMode === 'matmul' ? gb.op1('Gather', ['rope_sin', positionIds], { axis: 0 }, 'rope_sin_rows') : '';
+    ropeMode === 'folded'
+      ? gb.op1('Expand', [gb.op1('Gather', ['rope_cos_sin', positionIds], { axis: 0 }), gb.op1('Concat', [bs, gb.i64([2, slots, KV, hd])], { axis: 0 })], {}, 'rope_rows')
+      : ''; // [B, S, 2, slots, KV, hd]
+  const perHead = ropeMode === 'matmul' ? gb.op1('Concat', [bs, gb.i64([slots, KV, hd])], { axis: 0 }) : '';
+  const cosRows = ropeMode === 'matmul' ? gb.op1('Expand', [gb.op1('Gather', ['rope_cos', positionIds], { axis: 0 }), perHead], {}, 'rope_cos_rows') : ''; // [B, S, slots, KV, hd]
+  const sinRows = ropeMode === 'matmul' ? gb.op1('Expand', [gb.op1('Gather', ['rope_sin', positionIds], { axis: 0 }), perHead], {}, 'rope_sin_rows') : '';
 
   let x = gb.op1('Gather', ['embed_tokens', inputIds], { axis: 0 }, 'embeddings');
 
@@ -298,10 +305,12 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
       rotated = gb.op1('Add', [gb.op1('Mul', [projHeads, cosRows]), gb.op1('Mul', [swapped, sinRows])]);
     }
     const ctxT = shared
-      ? sharedPrefixAttention(gb, rotated, pastK[l]!, pastV[l]!, { k: prefixK[l]!, v: prefixV[l]!, len: prefixLen }, packing!, l, { g, hd, bias: ownBias })
+      ? sharedPrefixAttention(gb, rotated, pastK[l]!, pastV[l]!, { k: prefixK[l]!, v: prefixV[l]!, len: prefixLen }, packing!, l, { g, hd, bias: ownBias, lastOnly: l === L - 1 })
       : attention(gb, rotated, pastK[l]!, pastV[l]!, l, { g, bias });
     const ctxFlat = gb.op1('Reshape', [ctxT, shapeBSD]); // [B, S, D]
     const attnOut = gb.op1('MatMul', [ctxFlat, `layers.${l}.attn.o.weight`]);
+    // The branch graph's last layer goes on with each row's last position only (it alone is scored).
+    if (shared && l === L - 1) x = gb.op1('Slice', [x, gb.i64([-1]), gb.i64([2 ** 62]), gb.i64([1])]); // [B, 1, D]
     x = gb.op1('Add', [x, attnOut], {}, `layers.${l}.attn_residual`);
 
     // ---- SwiGLU feed-forward ----
@@ -316,7 +325,6 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
 
   gb.init('norm.weight', [D], w.rmsFinal.slice());
   gb.init('lm_head.weight', [D, V], transpose(w.wcls, V, D));
-  if (shared) x = gb.op1('Slice', [x, gb.i64([-1]), gb.i64([2 ** 62]), gb.i64([1])]); // [B, 1, D]
   const xf = rmsNorm(x, 'norm.weight', 'final_norm');
   gb.op1('MatMul', [xf, 'lm_head.weight'], {}, 'logits');
 
@@ -413,13 +421,15 @@ function packingOf(gb: GraphBuilder, attnMask: string, past: string, total: stri
 }
 
 /**
- * Attention of rows that all continue one prefix. The real new tokens'
- * queries, packed as [KV, g*N, hd], meet the prefix keys [KV, prefix, hd] in
- * one MatMul with no copy of the prefix per row and no work on pads. Each
- * query's own-position scores are appended to its prefix scores for one
- * Softmax; the prefix values are padded with zero rows over the own columns
- * so one MatMul reads the probabilities in place, and only the small own
- * columns go back to [KV, g, B, S, T] for the per-row values.
+ * Attention of rows that all continue one prefix. The queries, packed as
+ * [KV, g*N, hd], meet the prefix keys [KV, prefix, hd] in one MatMul with no
+ * copy of the prefix per row; N is every real (unpadded) new token, or with
+ * `lastOnly` each row's last token (the last layer: nothing reads the other
+ * positions' outputs, only their keys and values). Each query's own-position
+ * scores are appended to its prefix scores for one Softmax; the prefix
+ * values are padded with zero rows over the own columns so one MatMul reads
+ * the probabilities in place, and only the small own columns go back to
+ * [KV, g, B, S, T] for the per-row values. Returns [B, S or 1, g, KV, hd].
  */
 function sharedPrefixAttention(
   gb: GraphBuilder,
@@ -429,31 +439,40 @@ function sharedPrefixAttention(
   prefix: { k: string; v: string; len: string },
   pk: Packing,
   l: number,
-  c: { g: number; hd: number; bias: string },
+  c: { g: number; hd: number; bias: string; lastOnly: boolean },
 ): string {
   const heads = gb.op1('Transpose', [rotated], { perm: [3, 2, 0, 1, 4] }); // [KV, slots, B, S, hd]
-  const q = gb.op1('Slice', [heads, gb.i64([0]), gb.i64([c.g]), gb.i64([1])]); // [KV, g, B, S, hd]
   const perKv = { perm: [1, 0, 2, 3] }; // [KV, B, S, hd] <-> [B, KV, S, hd]
   const k = gb.op1('Transpose', [gb.op1('Gather', [heads, gb.i64(c.g)], { axis: 1 })], perKv);
   const v = gb.op1('Transpose', [gb.op1('Gather', [heads, gb.i64(c.g + 1)], { axis: 1 })], perKv);
   const presentK = gb.op1('Concat', [pastK, k], { axis: 2 }, `present.${l}.key`); // [B, KV, T, hd]
   const presentV = gb.op1('Concat', [pastV, v], { axis: 2 }, `present.${l}.value`);
+  const last = (x: string, axis: number) => gb.op1('Slice', [x, gb.i64([-1]), gb.i64([2 ** 62]), gb.i64([axis])]);
+  let q = gb.op1('Slice', [heads, gb.i64([0]), gb.i64([c.g]), gb.i64([1])]); // [KV, g, B, S, hd]
+  let bias = c.bias; // [B, S, T]
+  if (c.lastOnly) {
+    q = last(q, 3);
+    bias = last(bias, 1);
+  }
   // own positions: [KV, g, B, S, hd] x [KV, 1, B, hd, T]
   const kOwn = gb.op1('Unsqueeze', [gb.op1('Transpose', [presentK], { perm: [1, 0, 3, 2] }), gb.i64([1])]);
   const vOwn = gb.op1('Unsqueeze', [gb.op1('Transpose', [presentV], perKv), gb.i64([1])]);
-  const ownScores = gb.op1('Add', [gb.op1('MatMul', [q, kOwn]), c.bias]); // [KV, g, B, S, T]
-  const pack = (x: string, slots: string, rows: string) => gb.op1('Reshape', [gb.op1('Gather', [gb.op1('Reshape', [x, slots]), pk.index], { axis: 2 }), rows]);
-  const unpack = (x: string, perHead: string, zero: string, like: string) =>
-    gb.op1('Reshape', [gb.op1('Gather', [gb.op1('Concat', [gb.op1('Reshape', [x, perHead]), zero], { axis: 2 }), pk.slot], { axis: 2 }), gb.op1('Shape', [like])]);
-  const qPacked = pack(q, gb.i64([0, 0, -1, c.hd]), gb.i64([0, -1, c.hd])); // [KV, g*N, hd]
+  const ownScores = gb.op1('Add', [gb.op1('MatMul', [q, kOwn]), bias]); // [KV, g, B, S, T]
+  const packRows = (x: string, slots: string, rows: string) =>
+    c.lastOnly ? gb.op1('Reshape', [x, rows]) : gb.op1('Reshape', [gb.op1('Gather', [gb.op1('Reshape', [x, slots]), pk.index], { axis: 2 }), rows]);
+  const unpackRows = (x: string, perHead: string, zero: string, like: string) =>
+    c.lastOnly
+      ? gb.op1('Reshape', [x, gb.op1('Shape', [like])])
+      : gb.op1('Reshape', [gb.op1('Gather', [gb.op1('Concat', [gb.op1('Reshape', [x, perHead]), zero], { axis: 2 }), pk.slot], { axis: 2 }), gb.op1('Shape', [like])]);
+  const qPacked = packRows(q, gb.i64([0, 0, -1, c.hd]), gb.i64([0, -1, c.hd])); // [KV, g*N, hd]
   const pkT = gb.op1('Transpose', [gb.op1('Squeeze', [prefix.k, gb.i64([0])])], { perm: [0, 2, 1] }); // [KV, hd, prefix]
   const pv = gb.op1('Squeeze', [prefix.v, gb.i64([0])]); // [KV, prefix, hd]
   const preScores = gb.op1('MatMul', [qPacked, pkT]); // [KV, g*N, prefix]
-  const probs = softmaxNoDenormals(gb, gb.op1('Concat', [preScores, pack(ownScores, pk.slotsT, pk.rowsT)], { axis: -1 })); // [KV, g*N, prefix + T]
+  const probs = softmaxNoDenormals(gb, gb.op1('Concat', [preScores, packRows(ownScores, pk.slotsT, pk.rowsT)], { axis: -1 })); // [KV, g*N, prefix + T]
   const preCtx = gb.op1('MatMul', [probs, gb.op1('Concat', [pv, pk.zeroPv], { axis: 1 })]); // [KV, g*N, hd]
   const ownProbs = gb.op1('Slice', [probs, prefix.len, gb.i64([2 ** 62]), gb.i64([-1])]); // [KV, g*N, T]
-  const ownCtx = gb.op1('MatMul', [unpack(ownProbs, pk.perHeadT, pk.zeroT, ownScores), vOwn]); // [KV, g, B, S, hd]
-  const ctx = gb.op1('Add', [unpack(preCtx, pk.perHeadHd, pk.zeroHd, q), ownCtx]);
+  const ownCtx = gb.op1('MatMul', [unpackRows(ownProbs, pk.perHeadT, pk.zeroT, ownScores), vOwn]); // [KV, g, B, S, hd]
+  const ctx = gb.op1('Add', [unpackRows(preCtx, pk.perHeadHd, pk.zeroHd, q), ownCtx]);
   return gb.op1('Transpose', [ctx], { perm: [2, 3, 1, 0, 4] }); // [B, S, g, KV, hd]
 }
 
