@@ -62,6 +62,7 @@ export class Scheduler {
   private readonly active = new Set<Seq>();
   private running = false;
   private lastWasDecode = false;
+  private lastPrefillWasBranches = false;
   /** While a decode run is in flight: ends it after the worker's current step. */
   private replan: (() => void) | undefined;
   private readonly vocab: number;
@@ -298,8 +299,13 @@ export class Scheduler {
     // Shortest remaining first packs more rows under the budget and finishes prompts sooner.
     all.sort((a, b) => a.pending.length - b.pending.length);
     // Branches of one evaluation step alone, so the worker feeds their shared prefix once
-    // (and a request's answers do not depend on what else was queued with it).
-    const job = all[0]!.branch?.job;
+    // (and a request's answers do not depend on what else was queued with it). Branch
+    // steps and prompt steps take turns, so a stream of short evaluations never holds
+    // a prompt back for more than one step.
+    const prompts = all.some((s) => !s.branch);
+    const first = this.lastPrefillWasBranches && prompts ? all.find((s) => !s.branch)! : all[0]!;
+    const job = first.branch?.job;
+    this.lastPrefillWasBranches = job !== undefined;
     const cands = all.filter((s) => s.branch?.job === job);
     const rows: Array<{ seq: Seq; n: number }> = [];
     let width = 0;

@@ -1,0 +1,67 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ensureDefaultModels } from '../convert/default-models.js';
+import { defaultEngineOptions } from './options.js';
+import type { StepRow } from './protocol.js';
+import type { Runner } from './runner.js';
+import { Scheduler } from './scheduler.js';
+import { ModelText } from './text.js';
+
+// The scheduler's choice of rows, step by step, against a runner that does no
+// model work and runs each step only when the test lets it.
+
+const modelsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-sched-'));
+afterAll(() => fs.rmSync(modelsDir, { recursive: true, force: true }));
+
+const V = 8;
+
+function gatedRunner() {
+  const steps: StepRow[][] = [];
+  const gates: Array<() => void> = [];
+  const runner = {
+    arch: { vocab: V },
+    kvBytes: 0,
+    async step(rows: StepRow[]) {
+      steps.push(rows);
+      await new Promise<void>((r) => gates.push(r));
+      // Every generation ends on its first token (2 is the end of text).
+      return { logits: new Float32Array(rows.length * V), tokens: Int32Array.from(rows, (r) => (r.sampler ? 2 : -1)) };
+    },
+    async fork() {},
+    free() {},
+    interrupt() {},
+    async decode() {},
+  };
+  /** Lets the oldest waiting step finish, once one is waiting. */
+  const release = async () => {
+    while (!gates.length) await new Promise((r) => setImmediate(r));
+    gates.shift()!();
+  };
+  return { runner: runner as unknown as Runner, steps, release };
+}
+
+describe('scheduler', () => {
+  it('steps one evaluation’s branches alone, and lets a waiting prompt in between two evaluations’ branch steps', async () => {
+    ensureDefaultModels({ modelsDir, sharedModelsDir: path.join(modelsDir, 'none') });
+    const text = new ModelText(path.join(modelsDir, 'random-llama'));
+    const { runner, steps, release } = gatedRunner();
+    const s = new Scheduler('m', runner, text, defaultEngineOptions, 512);
+    const branches = [
+      { parent: -1, tokens: [5, 6] },
+      { parent: -1, tokens: [7, 8, 9] },
+    ];
+    const a = s.scoreBranches([1, 3, 4], branches);
+    const b = s.scoreBranches([1, 3, 4, 4], branches);
+    await release(); // both prefixes in one step
+    const chat = s.generate({ promptTokens: [1, 10, 11, 12, 13, 14, 15, 16], maxTokens: 4, temperature: 0, topP: 1, stop: [] });
+    const first = chat.next();
+    for (let i = 0; i < 3; i++) await release();
+    await Promise.all([a, b, first]);
+    const kinds = steps.map((rows) => rows.map((r) => r.tokens.length).join(','));
+    // prefixes; one evaluation's two branches; the chat prompt; the other evaluation's branches
+    expect(kinds).toEqual(['3,4', '2,3', '8', '2,3']);
+    await chat.return(undefined);
+  });
+});
