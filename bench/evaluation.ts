@@ -9,7 +9,7 @@ import { benchKey, fmt, machine } from './lib.js';
 const args = new Map<string, string>();
 for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
 const model = args.get('model') ?? 'cloudgate/stories260k-eval';
-const REPS = 5;
+const REPS = 9;
 
 const STATE =
   'Lily was a little girl who loved to play in the park. One day she saw a big red ball under a tree. She ran to the ball and kicked it high into the sky. ' +
