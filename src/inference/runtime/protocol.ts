@@ -48,6 +48,8 @@ export type Request =
   | { type: 'step'; id: number; rows: StepRow[] }
   /** Decode these sampled sequences step after step until each ends (end of text, budget), is freed, an interrupt arrives, or `stepsMax` steps ran. */
   | { type: 'decode'; id: number; seqs: number[]; stepsMax: number }
+  /** A prompt step, run inside the decode run in flight (its generations join it) or, if none, as a step; answered like a step. */
+  | { type: 'join'; id: number; rows: StepRow[] }
   /** Ends the running decode after its current step. */
   | { type: 'interrupt' }
   | { type: 'fork'; id: number; from: number; to: number[] }

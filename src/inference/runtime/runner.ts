@@ -74,6 +74,13 @@ export class Runner {
     return { logits: r.logits, tokens: r.tokens };
   }
 
+  /** A prompt step that joins the decode run in flight (or runs as a step when there is none). */
+  async join(rows: StepRow[]): Promise<{ logits: Float32Array; tokens: Int32Array }> {
+    const r = (await this.call({ type: 'join', id: this.nextId++, rows })) as Extract<Reply, { type: 'step' }>;
+    this.kvBytes = r.kvBytes;
+    return { logits: r.logits, tokens: r.tokens };
+  }
+
   /**
    * A decode run: the worker steps these sequences on its own, calling
    * `onTokens` with each step's tokens, until each has ended or been freed,

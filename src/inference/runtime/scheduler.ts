@@ -54,6 +54,8 @@ interface Seq {
   /** A score job's shared prefix: forked into its branches once prefilled. */
   prefixOf?: ScoreJob;
   cancelled: boolean;
+  /** Its prompt was sent to join the decode run in flight; the answer is on its way. */
+  joining?: boolean;
 }
 
 export class Scheduler {
@@ -65,6 +67,8 @@ export class Scheduler {
   private lastPrefillWasBranches = false;
   /** While a decode run is in flight: ends it after the worker's current step. */
   private replan: (() => void) | undefined;
+  /** While a decode run is in flight: sends an arriving prompt to join it; false when it cannot. */
+  private joinRun: ((seq: Seq) => boolean) | undefined;
   private readonly vocab: number;
 
   constructor(
@@ -89,7 +93,43 @@ export class Scheduler {
     }
     this.waiting.push(seq);
     M.waiting.set({ model: this.modelId }, this.waiting.length);
+    if (this.joinRun?.(seq)) return;
     this.kick();
+  }
+
+  /**
+   * Sends a waiting generation's whole prompt to the worker to run between
+   * two steps of the decode run in flight, which it then joins: an arrival
+   * costs no interruption and no round trip between the threads.
+   */
+  private join(seq: Seq, onJoin: (s: Seq) => void): boolean {
+    if (!seq.gen || seq.pending.length > this.opts.prefillTokensPerStepMax || this.slotsUsed() >= this.opts.batchSizeMax) return false;
+    const w = this.waiting.indexOf(seq);
+    if (w < 0) return false;
+    this.waiting.splice(w, 1);
+    M.waiting.set({ model: this.modelId }, this.waiting.length);
+    this.active.add(seq);
+    seq.joining = true;
+    onJoin(seq);
+    const n = seq.pending.length;
+    M.batchSize.observe({ model: this.modelId, phase: 'prefill' }, 1);
+    this.runner
+      .join([{ seq: seq.id, tokens: seq.pending.slice(), sampler: this.samplerFor(seq, n) }])
+      .then(({ tokens }) => {
+        seq.joining = false;
+        seq.pending.splice(0, n);
+        if (!seq.cancelled) {
+          M.promptTokens.inc({ model: this.modelId }, n);
+          this.accept(seq, tokens[0]!);
+        }
+        if (!this.running) this.kick();
+      })
+      .catch((e) => {
+        seq.joining = false;
+        this.fail(seq, e);
+        if (!this.running) this.kick();
+      });
+    return true;
   }
 
   /**
@@ -255,7 +295,7 @@ export class Scheduler {
         M.waiting.set({ model: this.modelId }, this.waiting.length);
         M.running.set({ model: this.modelId }, this.slotsUsed());
         const decoding = [...this.active].filter((s) => s.gen && !s.gen.finished && s.pending.length === 1 && s.gen.produced > 0 && !this.paused(s));
-        const prefilling = [...this.active].filter((s) => s.pending.length > 0 && !(s.gen && s.gen.produced > 0));
+        const prefilling = [...this.active].filter((s) => s.pending.length > 0 && !s.joining && !(s.gen && s.gen.produced > 0));
         if (!decoding.length && !prefilling.length) break;
         const decode = decoding.length > 0 && (!prefilling.length || !this.lastWasDecode);
         this.lastWasDecode = decode;
@@ -268,10 +308,11 @@ export class Scheduler {
     } finally {
       this.running = false;
       this.replan = undefined;
+      this.joinRun = undefined;
       this.reap();
       M.running.set({ model: this.modelId }, this.slotsUsed());
       M.kvBytes.set({ model: this.modelId }, this.runner.kvBytes);
-      if ([...this.active].some((s) => s.pending.length > 0 && !this.paused(s)) || (this.waiting.length && this.slotsUsed() < this.opts.batchSizeMax)) this.kick();
+      if ([...this.active].some((s) => s.pending.length > 0 && !s.joining && !this.paused(s)) || (this.waiting.length && this.slotsUsed() < this.opts.batchSizeMax)) this.kick();
     }
   }
 
@@ -378,6 +419,11 @@ export class Scheduler {
     const dropped = new Set<number>();
     let steps = 0;
     this.replan = interrupt;
+    this.joinRun = (seq) =>
+      this.join(seq, (s) => {
+        rows.push(s);
+        byId.set(s.id, s);
+      });
     try {
       const run = this.runner.decode(rows.map((s) => s.id), this.opts.decodeRunStepsMax, (seqs, tokens) => {
         steps++;
@@ -406,6 +452,7 @@ export class Scheduler {
       if (steps === 0 && !interrupted) throw new Error(`decode run of ${rows.length} sequences made no step`);
     } finally {
       this.replan = undefined;
+      this.joinRun = undefined;
     }
   }
 

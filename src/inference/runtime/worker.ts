@@ -380,18 +380,47 @@ async function promptStep(rows: StepRow[]): Promise<{ logits: Float32Array; toke
 
 let interruptRequested = false;
 
+/** A prompt step whose answer goes back as a `step` reply; the generations it starts are returned. */
+async function replyStep(id: number, rows: StepRow[]): Promise<number[]> {
+  const { logits, tokens } = await promptStep(rows);
+  port.postMessage({ type: 'step', id, logits, tokens, kvBytes } satisfies Reply, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
+  return rows.filter((r) => r.sampler).map((r) => r.seq);
+}
+
+/**
+ * Prompts that arrived during a decode run: run here, between two of its
+ * steps, with no round trip to the main thread; their generations join the run.
+ */
+const joins: Array<Extract<Request, { type: 'join' }>> = [];
+let inRun = false;
+
 /** Decodes `seqs` until each has ended or been freed, the main thread interrupts, or `stepsMax` steps ran; posts each step's tokens. */
 async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<void> {
   interruptRequested = false;
+  inRun = true;
   const alive = (seq: number) => caches.has(seq) && samplers.get(seq)?.ended === false;
   let live = seqs.filter(alive);
-  for (let steps = 0; live.length && !interruptRequested && steps < stepsMax; steps++) {
-    const logits = await step(live.map((seq) => ({ seq, tokens: [samplers.get(seq)!.next] })));
-    const V = logits.length / live.length;
-    const tokens = Int32Array.from(live, (seq, b) => draw(samplers.get(seq)!, logits, b, V));
-    port.postMessage({ type: 'tokens', id, seqs: live, tokens } satisfies Reply, [tokens.buffer as ArrayBuffer]);
-    applyDeferredFrees();
-    live = live.filter(alive);
+  try {
+    for (let steps = 0; !interruptRequested && steps < stepsMax; steps++) {
+      while (joins.length) {
+        const j = joins.shift()!;
+        for (const seq of await replyStep(j.id, j.rows)) if (alive(seq) && !live.includes(seq)) live.push(seq);
+      }
+      if (!live.length) break;
+      const logits = await step(live.map((seq) => ({ seq, tokens: [samplers.get(seq)!.next] })));
+      const V = logits.length / live.length;
+      const tokens = Int32Array.from(live, (seq, b) => draw(samplers.get(seq)!, logits, b, V));
+      port.postMessage({ type: 'tokens', id, seqs: live, tokens } satisfies Reply, [tokens.buffer as ArrayBuffer]);
+      applyDeferredFrees();
+      live = live.filter(alive);
+    }
+    // Joins that came with the last step still get their answer; they decode in the next run.
+    while (joins.length) {
+      const j = joins.shift()!;
+      await replyStep(j.id, j.rows);
+    }
+  } finally {
+    inRun = false;
   }
 }
 
@@ -427,53 +456,61 @@ function free(seqs: number[]): void {
   }
 }
 
+// Model work runs one piece at a time, in arrival order; interrupts and
+// frees act at once (frees wait for the step in flight, see above).
+let queue: Promise<void> = Promise.resolve();
+function serial(msg: Request & { id: number }, work: () => Promise<void>): void {
+  queue = queue.then(async () => {
+    busy = true;
+    try {
+      await work();
+    } catch (e) {
+      port.postMessage({ type: 'error', id: msg.id, message: (e as Error).message } satisfies Reply);
+    } finally {
+      busy = false;
+      applyDeferredFrees();
+    }
+  });
+}
+
 port.on('message', async (msg: Request) => {
-  try {
-    switch (msg.type) {
-      case 'init':
+  switch (msg.type) {
+    case 'init':
+      try {
         await init(msg);
         port.postMessage({ type: 'ready', arch } satisfies Reply);
-        return;
-      case 'step': {
-        busy = true;
-        try {
-          const { logits, tokens } = await promptStep(msg.rows);
-          port.postMessage({ type: 'step', id: msg.id, logits, tokens, kvBytes } satisfies Reply, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
-        } finally {
-          busy = false;
-          applyDeferredFrees();
-        }
-        return;
+      } catch (e) {
+        port.postMessage({ type: 'init-error', message: `fatal: ${(e as Error).message}` } satisfies Reply);
       }
-      case 'decode': {
-        busy = true;
-        try {
-          await decodeRun(msg.id, msg.seqs, msg.stepsMax);
-        } finally {
-          busy = false;
-          applyDeferredFrees();
-        }
+      return;
+    case 'step':
+      return serial(msg, async () => void (await replyStep(msg.id, msg.rows)));
+    case 'join':
+      if (inRun) joins.push(msg);
+      else serial(msg, async () => void (await replyStep(msg.id, msg.rows)));
+      return;
+    case 'decode':
+      return serial(msg, async () => {
+        await decodeRun(msg.id, msg.seqs, msg.stepsMax);
         port.postMessage({ type: 'decode-done', id: msg.id, kvBytes } satisfies Reply);
-        return;
-      }
-      case 'interrupt':
-        interruptRequested = true;
-        return;
-      case 'fork':
+      });
+    case 'interrupt':
+      interruptRequested = true;
+      return;
+    case 'fork':
+      return serial(msg, async () => {
         fork(msg.from, msg.to);
         port.postMessage({ type: 'done', id: msg.id } satisfies Reply);
-        return;
-      case 'free':
-        if (busy) deferredFrees.push(...msg.seqs);
-        else free(msg.seqs);
-        return;
-      case 'close':
+      });
+    case 'free':
+      if (busy) deferredFrees.push(...msg.seqs);
+      else free(msg.seqs);
+      return;
+    case 'close':
+      return serial(msg, async () => {
         await session?.release();
+        await branchSession?.release();
         port.postMessage({ type: 'done', id: msg.id } satisfies Reply);
-        return;
-    }
-  } catch (e) {
-    if (msg.type === 'init') port.postMessage({ type: 'init-error', message: `fatal: ${(e as Error).message}` } satisfies Reply);
-    else if ('id' in msg) port.postMessage({ type: 'error', id: msg.id, message: (e as Error).message } satisfies Reply);
+      });
   }
 });
