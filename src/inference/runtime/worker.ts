@@ -394,6 +394,17 @@ async function replyStep(id: number, rows: StepRow[]): Promise<number[]> {
 const joins: Array<Extract<Request, { type: 'join' }>> = [];
 let inRun = false;
 
+/** Runs the oldest join; a join that fails is answered with its error (the run goes on). */
+async function runJoin(): Promise<number[]> {
+  const j = joins.shift()!;
+  try {
+    return await replyStep(j.id, j.rows);
+  } catch (e) {
+    port.postMessage({ type: 'error', id: j.id, message: (e as Error).message } satisfies Reply);
+    return [];
+  }
+}
+
 /** Decodes `seqs` until each has ended or been freed, the main thread interrupts, or `stepsMax` steps ran; posts each step's tokens. */
 async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<void> {
   interruptRequested = false;
@@ -402,10 +413,7 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
   let live = seqs.filter(alive);
   try {
     for (let steps = 0; !interruptRequested && steps < stepsMax; steps++) {
-      while (joins.length) {
-        const j = joins.shift()!;
-        for (const seq of await replyStep(j.id, j.rows)) if (alive(seq) && !live.includes(seq)) live.push(seq);
-      }
+      while (joins.length) for (const seq of await runJoin()) if (alive(seq) && !live.includes(seq)) live.push(seq);
       if (!live.length) break;
       const logits = await step(live.map((seq) => ({ seq, tokens: [samplers.get(seq)!.next] })));
       const V = logits.length / live.length;
@@ -415,12 +423,11 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
       live = live.filter(alive);
     }
     // Joins that came with the last step still get their answer; they decode in the next run.
-    while (joins.length) {
-      const j = joins.shift()!;
-      await replyStep(j.id, j.rows);
-    }
+    while (joins.length) await runJoin();
   } finally {
     inRun = false;
+    // Only when a step failed: its joins are answered with the failure too.
+    for (const j of joins.splice(0)) port.postMessage({ type: 'error', id: j.id, message: 'the decode run failed' } satisfies Reply);
   }
 }
 
