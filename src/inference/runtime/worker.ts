@@ -175,14 +175,61 @@ function materialize(): void {
   batch = undefined;
 }
 
-/** Puts a row's new tokens at the right of its S columns and marks them in its [P + S] mask row. */
-function placeRow(b: number, toks: number[], firstPos: number, S: number, T: number, P: number, ids: BigInt64Array, pos: BigInt64Array, mask: BigInt64Array): void {
-  const off = S - toks.length;
-  for (let i = 0; i < toks.length; i++) {
-    ids[b * S + off + i] = BigInt(toks[i]!);
-    pos[b * S + off + i] = BigInt(firstPos + i);
-    mask[b * T + P + off + i] = 1n;
+interface StepInputs {
+  feeds: Record<string, ort.Tensor>;
+  /** Past width (rows left-padded to it) and total width of the mask. */
+  P: number;
+  T: number;
+  mask: BigInt64Array;
+}
+
+/**
+ * The feeds of a step whose row b holds `rows[b].tokens` new tokens after
+ * its cached positions [from, len): rows are left-padded to the longest past
+ * and the longest new run, and the attention mask hides every pad. A steady
+ * batch's pasts are its last presents, fed back as they are.
+ */
+function stepInputs(rows: StepRow[], kvs: Kv[], from: number, positions: boolean, steady?: BatchState): StepInputs {
+  const B = rows.length;
+  const { layers, kvHeads: H, headDim: D } = arch;
+  const P = steady ? steady.P : Math.max(...kvs.map((k) => k.len - from));
+  const S = Math.max(...rows.map((r) => r.tokens.length));
+  const T = P + S;
+  const ids = new BigInt64Array(B * S);
+  const pos = new BigInt64Array(B * S);
+  const mask = new BigInt64Array(B * T);
+  for (let b = 0; b < B; b++) {
+    const kv = kvs[b]!;
+    if (steady) mask.set(steady.mask.subarray(b * P, (b + 1) * P), b * T);
+    else mask.fill(1n, b * T + P - (kv.len - from), b * T + P);
+    const toks = rows[b]!.tokens;
+    const off = S - toks.length;
+    for (let i = 0; i < toks.length; i++) {
+      ids[b * S + off + i] = BigInt(toks[i]!);
+      pos[b * S + off + i] = BigInt(kv.len + i);
+      mask[b * T + P + off + i] = 1n;
+    }
   }
+  const feeds: Record<string, ort.Tensor> = {
+    input_ids: new ort.Tensor('int64', ids, [B, S]),
+    attention_mask: new ort.Tensor('int64', mask, [B, T]),
+  };
+  if (positions) feeds.position_ids = new ort.Tensor('int64', pos, [B, S]);
+  if (steady) Object.assign(feeds, steady.past);
+  else {
+    for (let l = 0; l < layers; l++) {
+      for (const which of ['key', 'value'] as const) {
+        const buf = alloc(B * H * P * D);
+        for (let b = 0; b < B; b++) {
+          const kv = kvs[b]!;
+          const pad = P - (kv.len - from);
+          for (let h = 0; h < H; h++) copySpan(kv, l, which, h, from, kv.len, buf, ((b * H + h) * P + pad) * D);
+        }
+        feeds[`past_key_values.${l}.${which}`] = new ort.Tensor(arch.kvType, buf, [B, H, P, D]);
+      }
+    }
+  }
+  return { feeds, P, T, mask };
 }
 
 /** Last-position logits of every row, as float32 (the branch graph outputs only that position). */
@@ -204,59 +251,26 @@ function presents(out: ort.InferenceSession.OnnxValueMapType): Record<string, or
   return past;
 }
 
-/**
- * One forward pass over a batch. Row b holds `rows[b].tokens` new tokens after
- * its cached `len`; rows are left-padded to the longest past and the longest
- * new run, and the attention mask hides every pad.
- */
+/** Counts the step's tokens into its rows and keeps its presents as the batch (the stores are stale for these rows until materialize()). */
+function afterStep(rows: StepRow[], kvs: Kv[], out: ort.InferenceSession.OnnxValueMapType, inp: StepInputs, offset: number): Float32Array {
+  for (let b = 0; b < rows.length; b++) kvs[b]!.len += rows[b]!.tokens.length;
+  batch = { seqs: rows.map((r) => r.seq), past: presents(out), P: inp.T, mask: inp.mask, offset, shared: offset > 0 };
+  return lastLogits(out.logits!, rows.length);
+}
+
+/** One forward pass over a batch; rows that all continue one prefix go to the branch graph. */
 async function step(rows: StepRow[]): Promise<Float32Array> {
   const root = sharedRoot(rows);
   if (root) return branchStep(rows, root);
-  const B = rows.length;
-  const { layers, kvHeads: H, headDim: D } = arch;
-  const steady = !!batch && !batch.shared && batch.seqs.length === B && rows.every((r, b) => r.seq === batch!.seqs[b] && r.tokens.length === 1);
+  const steady = !!batch && !batch.shared && batch.seqs.length === rows.length && rows.every((r, b) => r.seq === batch!.seqs[b] && r.tokens.length === 1);
   if (!steady) materialize();
   const kvs = rows.map((r) => {
     let kv = caches.get(r.seq);
     if (!kv) caches.set(r.seq, (kv = newKv(Math.max(16, r.tokens.length))));
     return kv;
   });
-  const P = steady ? batch!.P : Math.max(...kvs.map((k) => k.len));
-  const S = Math.max(...rows.map((r) => r.tokens.length));
-  const T = P + S;
-  const ids = new BigInt64Array(B * S);
-  const pos = new BigInt64Array(B * S);
-  const mask = new BigInt64Array(B * T);
-  for (let b = 0; b < B; b++) {
-    const kv = kvs[b]!;
-    if (steady) mask.set(batch!.mask.subarray(b * P, (b + 1) * P), b * T);
-    else mask.fill(1n, b * T + P - kv.len, b * T + P);
-    placeRow(b, rows[b]!.tokens, kv.len, S, T, P, ids, pos, mask);
-  }
-  const feeds: Record<string, ort.Tensor> = {
-    input_ids: new ort.Tensor('int64', ids, [B, S]),
-    attention_mask: new ort.Tensor('int64', mask, [B, T]),
-  };
-  if (arch.hasPositionIds) feeds.position_ids = new ort.Tensor('int64', pos, [B, S]);
-  if (steady) Object.assign(feeds, batch!.past);
-  else {
-    for (let l = 0; l < layers; l++) {
-      for (const which of ['key', 'value'] as const) {
-        const buf = alloc(B * H * P * D);
-        for (let b = 0; b < B; b++) {
-          const kv = kvs[b]!;
-          const pad = P - kv.len;
-          for (let h = 0; h < H; h++) copySpan(kv, l, which, h, 0, kv.len, buf, ((b * H + h) * P + pad) * D);
-        }
-        feeds[`past_key_values.${l}.${which}`] = new ort.Tensor(arch.kvType, buf, [B, H, P, D]);
-      }
-    }
-  }
-  const out = await session.run(feeds);
-  for (let b = 0; b < B; b++) kvs[b]!.len += rows[b]!.tokens.length;
-  // The stores are now stale for these rows: the truth is in `past` until materialize().
-  batch = { seqs: rows.map((r) => r.seq), past: presents(out), P: T, mask, offset: 0, shared: false };
-  return lastLogits(out.logits!, B);
+  const inp = stepInputs(rows, kvs, 0, arch.hasPositionIds, steady ? batch : undefined);
+  return afterStep(rows, kvs, await session.run(inp.feeds), inp, 0);
 }
 
 /** The prefix every row continues, when all rows are forks of one and the model has a branch graph. */
@@ -296,42 +310,10 @@ function prefixFeeds(root: Kv): Record<string, ort.Tensor> {
  */
 async function branchStep(rows: StepRow[], root: Kv): Promise<Float32Array> {
   materialize();
-  const B = rows.length;
-  const { layers, kvHeads: H, headDim: D } = arch;
-  const Q = root.len;
   const kvs = rows.map((r) => caches.get(r.seq)!);
-  const P = Math.max(...kvs.map((k) => k.len - Q));
-  const S = Math.max(...rows.map((r) => r.tokens.length));
-  const T = P + S;
-  const ids = new BigInt64Array(B * S);
-  const pos = new BigInt64Array(B * S);
-  const mask = new BigInt64Array(B * T);
-  for (let b = 0; b < B; b++) {
-    const kv = kvs[b]!;
-    mask.fill(1n, b * T + P - (kv.len - Q), b * T + P);
-    placeRow(b, rows[b]!.tokens, kv.len, S, T, P, ids, pos, mask);
-  }
-  const feeds: Record<string, ort.Tensor> = {
-    input_ids: new ort.Tensor('int64', ids, [B, S]),
-    attention_mask: new ort.Tensor('int64', mask, [B, T]),
-    position_ids: new ort.Tensor('int64', pos, [B, S]),
-    ...prefixFeeds(root),
-  };
-  for (let l = 0; l < layers; l++) {
-    for (const which of ['key', 'value'] as const) {
-      const buf = alloc(B * H * P * D);
-      for (let b = 0; b < B; b++) {
-        const kv = kvs[b]!;
-        const pad = P - (kv.len - Q);
-        for (let h = 0; h < H; h++) copySpan(kv, l, which, h, Q, kv.len, buf, ((b * H + h) * P + pad) * D);
-      }
-      feeds[`past_key_values.${l}.${which}`] = new ort.Tensor(arch.kvType, buf, [B, H, P, D]);
-    }
-  }
-  const out = await branchSession!.run(feeds);
-  for (let b = 0; b < B; b++) kvs[b]!.len += rows[b]!.tokens.length;
-  batch = { seqs: rows.map((r) => r.seq), past: presents(out), P: T, mask, offset: Q, shared: true };
-  return lastLogits(out.logits!, B);
+  const inp = stepInputs(rows, kvs, root.len, true);
+  Object.assign(inp.feeds, prefixFeeds(root));
+  return afterStep(rows, kvs, await branchSession!.run(inp.feeds), inp, root.len);
 }
 
 /**
