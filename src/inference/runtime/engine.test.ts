@@ -76,6 +76,23 @@ describe('engine', () => {
     expect(joined.ids).toEqual(ref);
   }, 60_000);
 
+  it('frees the slot of a generation cancelled while it joins a running decode, and the others go on unchanged', async () => {
+    const refs = await Promise.all([0, 1].map(async (i) => (await collect(greedy(prompt(i), 40))).ids));
+    const running = [0, 1].map((i) => collect(greedy(prompt(i), 40)));
+    await new Promise((r) => setTimeout(r, 20)); // mid-decode: an arrival now joins the run
+    for (let k = 0; k < 3; k++) {
+      const ac = new AbortController();
+      const it = greedy(prompt(4 + k), 400, { signal: ac.signal });
+      const first = it.next();
+      ac.abort();
+      await first;
+      await it.return(undefined);
+    }
+    expect((await Promise.all(running)).map((r) => r.ids)).toEqual(refs);
+    for (let i = 0; i < 20 && (await gaugeValue('engine_running_sequences', gen())) > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(await gaugeValue('engine_running_sequences', gen())).toBe(0);
+  });
+
   it('frees the slot of a sequence whose consumer stops, within a step', async () => {
     const it = greedy(prompt(1), 400);
     let n = 0;
