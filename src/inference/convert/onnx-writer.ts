@@ -36,12 +36,11 @@
 // - cos/sin tables and the additive mask are computed once per run and
 //   shared by all layers.
 import { GraphBuilder } from './onnx-graph.js';
+import { attention, packingOf, sharedPrefixAttention } from './onnx-attention.js';
 import { headSize, kvDim, validateConfig, type LlamaCheckpoint, type LlamaConfig } from './llama2c.js';
 
 export const OPSET = 17;
 export const MASK_VALUE = -1e9;
-/** How far below its row's max a score may sit before softmax (see softmaxNoDenormals). */
-export const SOFTMAX_FLOOR = 60;
 
 export interface OnnxWriteOptions {
   /** name of a side file for weights (ONNX external data); default: all inline */
@@ -347,133 +346,6 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     },
     externalDataFile: opts.externalDataFile,
   });
-}
-
-/**
- * Softmax over the last axis with every score first raised to at least its
- * row's max minus SOFTMAX_FLOOR. Masked (-1e9) and far-below-max scores
- * otherwise come out of exp() as denormal floats, which x86 CPUs compute
- * dozens of times slower than normal ones, in the Softmax and again in the
- * MatMul that reads the probabilities: it tripled the time of a 370-token
- * prefill. onnxruntime's flush-to-zero switch cannot help: it reaches only
- * the thread that created the process's first session. A weight of
- * e^-SOFTMAX_FLOOR (1e-26) in place of 0 is far below float32's precision.
- */
-function softmaxNoDenormals(gb: GraphBuilder, scores: string): string {
-  const floor = gb.op1('Sub', [gb.op1('ReduceMax', [scores], { axes: [-1], keepdims: 1 }), gb.f32(SOFTMAX_FLOOR)]);
-  return gb.op1('Softmax', [gb.op1('Max', [scores, floor])], { axis: -1 });
-}
-
-/** Attention of every row over its own cache; returns the context as [B, S, g, KV, hd]. */
-function attention(gb: GraphBuilder, rotated: string, pastK: string, pastV: string, l: number, c: { g: number; bias: string }): string {
-  const heads = gb.op1('Transpose', [rotated], { perm: [2, 0, 3, 1, 4] }); // [slots, B, KV, S, hd]
-  const q = gb.op1('Slice', [heads, gb.i64([0]), gb.i64([c.g]), gb.i64([0])]); // [g, B, KV, S, hd]
-  const k = gb.op1('Gather', [heads, gb.i64(c.g)], { axis: 0 }); // [B, KV, S, hd]
-  const v = gb.op1('Gather', [heads, gb.i64(c.g + 1)], { axis: 0 });
-  const presentK = gb.op1('Concat', [pastK, k], { axis: 2 }, `present.${l}.key`);
-  const presentV = gb.op1('Concat', [pastV, v], { axis: 2 }, `present.${l}.value`);
-  const kT = gb.op1('Transpose', [presentK], { perm: [0, 1, 3, 2] }); // [B, KV, hd, T]
-  const scores = gb.op1('MatMul', [q, kT]); // [g, B, KV, S, T]
-  const probs = softmaxNoDenormals(gb, gb.op1('Add', [scores, c.bias]));
-  const ctx = gb.op1('MatMul', [probs, presentV]); // [g, B, KV, S, hd]
-  return gb.op1('Transpose', [ctx], { perm: [1, 3, 0, 2, 4] });
-}
-
-/**
- * Where the real (unpadded) new tokens sit among the B x S query slots, so
- * that attention over the prefix, the costly part, runs on real tokens only:
- * `index` [N] lists their slots, `slot` [B*S] maps each slot back to its place
- * in the packed list (pads to N, a row of zeros appended for them).
- */
-interface Packing {
-  index: string;
-  slot: string;
-  /** Shapes [0, 0, -1, T] and [0, -1, T]: a [KV, g, B, S, T] tensor as slots, and packed rows as one list. */
-  slotsT: string;
-  rowsT: string;
-  /** [0, g, -1, T] and [0, g, -1, hd]: a packed list back to [KV, g, N, *]. */
-  perHeadT: string;
-  perHeadHd: string;
-  /** Zero rows [KV, g, 1, T] and [KV, g, 1, hd] that pads gather. */
-  zeroT: string;
-  zeroHd: string;
-  /** Zero values [KV, T, hd] under the own columns of the prefix MatMul. */
-  zeroPv: string;
-}
-
-function packingOf(gb: GraphBuilder, attnMask: string, past: string, total: string, c: { KV: number; g: number; hd: number }): Packing {
-  const isNew = gb.op1('Reshape', [gb.op1('Slice', [attnMask, past, total, gb.i64([1])]), gb.i64([-1])]); // [B*S], 1 for real tokens
-  const index = gb.op1('Squeeze', [gb.op1('NonZero', [gb.op1('Cast', [isNew], { to: 9 /* BOOL */ })]), gb.i64([0])]);
-  const place = gb.op1('Sub', [gb.op1('CumSum', [isNew, gb.i64(0)]), gb.i64(1)]);
-  const slot = gb.op1('Where', [gb.op1('Cast', [isNew], { to: 9 }), place, gb.op1('Shape', [index])]);
-  const zeros = (tail: string) => gb.op1('ConstantOfShape', [gb.op1('Concat', [gb.i64([c.KV, c.g, 1]), tail], { axis: 0 })]);
-  return {
-    index,
-    slot,
-    slotsT: gb.op1('Concat', [gb.i64([0, 0, -1]), total], { axis: 0 }),
-    rowsT: gb.op1('Concat', [gb.i64([0, -1]), total], { axis: 0 }),
-    perHeadT: gb.op1('Concat', [gb.i64([0, c.g, -1]), total], { axis: 0 }),
-    perHeadHd: gb.i64([0, c.g, -1, c.hd]),
-    zeroT: zeros(total),
-    zeroHd: zeros(gb.i64([c.hd])),
-    zeroPv: gb.op1('ConstantOfShape', [gb.op1('Concat', [gb.i64([c.KV]), total, gb.i64([c.hd])], { axis: 0 })]),
-  };
-}
-
-/**
- * Attention of rows that all continue one prefix. The queries, packed as
- * [KV, g*N, hd], meet the prefix keys [KV, prefix, hd] in one MatMul with no
- * copy of the prefix per row; N is every real (unpadded) new token, or with
- * `lastOnly` each row's last token (the last layer: nothing reads the other
- * positions' outputs, only their keys and values). Each query's own-position
- * scores are appended to its prefix scores for one Softmax; the prefix
- * values are padded with zero rows over the own columns so one MatMul reads
- * the probabilities in place, and only the small own columns go back to
- * [KV, g, B, S, T] for the per-row values. Returns [B, S or 1, g, KV, hd].
- */
-function sharedPrefixAttention(
-  gb: GraphBuilder,
-  rotated: string,
-  pastK: string,
-  pastV: string,
-  prefix: { k: string; v: string; len: string },
-  pk: Packing,
-  l: number,
-  c: { g: number; hd: number; bias: string; lastOnly: boolean },
-): string {
-  const heads = gb.op1('Transpose', [rotated], { perm: [3, 2, 0, 1, 4] }); // [KV, slots, B, S, hd]
-  const perKv = { perm: [1, 0, 2, 3] }; // [KV, B, S, hd] <-> [B, KV, S, hd]
-  const k = gb.op1('Transpose', [gb.op1('Gather', [heads, gb.i64(c.g)], { axis: 1 })], perKv);
-  const v = gb.op1('Transpose', [gb.op1('Gather', [heads, gb.i64(c.g + 1)], { axis: 1 })], perKv);
-  const presentK = gb.op1('Concat', [pastK, k], { axis: 2 }, `present.${l}.key`); // [B, KV, T, hd]
-  const presentV = gb.op1('Concat', [pastV, v], { axis: 2 }, `present.${l}.value`);
-  const last = (x: string, axis: number) => gb.op1('Slice', [x, gb.i64([-1]), gb.i64([2 ** 62]), gb.i64([axis])]);
-  let q = gb.op1('Slice', [heads, gb.i64([0]), gb.i64([c.g]), gb.i64([1])]); // [KV, g, B, S, hd]
-  let bias = c.bias; // [B, S, T]
-  if (c.lastOnly) {
-    q = last(q, 3);
-    bias = last(bias, 1);
-  }
-  // own positions: [KV, g, B, S, hd] x [KV, 1, B, hd, T]
-  const kOwn = gb.op1('Unsqueeze', [gb.op1('Transpose', [presentK], { perm: [1, 0, 3, 2] }), gb.i64([1])]);
-  const vOwn = gb.op1('Unsqueeze', [gb.op1('Transpose', [presentV], perKv), gb.i64([1])]);
-  const ownScores = gb.op1('Add', [gb.op1('MatMul', [q, kOwn]), bias]); // [KV, g, B, S, T]
-  const packRows = (x: string, slots: string, rows: string) =>
-    c.lastOnly ? gb.op1('Reshape', [x, rows]) : gb.op1('Reshape', [gb.op1('Gather', [gb.op1('Reshape', [x, slots]), pk.index], { axis: 2 }), rows]);
-  const unpackRows = (x: string, perHead: string, zero: string, like: string) =>
-    c.lastOnly
-      ? gb.op1('Reshape', [x, gb.op1('Shape', [like])])
-      : gb.op1('Reshape', [gb.op1('Gather', [gb.op1('Concat', [gb.op1('Reshape', [x, perHead]), zero], { axis: 2 }), pk.slot], { axis: 2 }), gb.op1('Shape', [like])]);
-  const qPacked = packRows(q, gb.i64([0, 0, -1, c.hd]), gb.i64([0, -1, c.hd])); // [KV, g*N, hd]
-  const pkT = gb.op1('Transpose', [gb.op1('Squeeze', [prefix.k, gb.i64([0])])], { perm: [0, 2, 1] }); // [KV, hd, prefix]
-  const pv = gb.op1('Squeeze', [prefix.v, gb.i64([0])]); // [KV, prefix, hd]
-  const preScores = gb.op1('MatMul', [qPacked, pkT]); // [KV, g*N, prefix]
-  const probs = softmaxNoDenormals(gb, gb.op1('Concat', [preScores, packRows(ownScores, pk.slotsT, pk.rowsT)], { axis: -1 })); // [KV, g*N, prefix + T]
-  const preCtx = gb.op1('MatMul', [probs, gb.op1('Concat', [pv, pk.zeroPv], { axis: 1 })]); // [KV, g*N, hd]
-  const ownProbs = gb.op1('Slice', [probs, prefix.len, gb.i64([2 ** 62]), gb.i64([-1])]); // [KV, g*N, T]
-  const ownCtx = gb.op1('MatMul', [unpackRows(ownProbs, pk.perHeadT, pk.zeroT, ownScores), vOwn]); // [KV, g, B, S, hd]
-  const ctx = gb.op1('Add', [unpackRows(preCtx, pk.perHeadHd, pk.zeroHd, q), ownCtx]);
-  return gb.op1('Transpose', [ctx], { perm: [2, 3, 1, 0, 4] }); // [B, S, g, KV, hd]
 }
 
 /** [rows, cols] row-major -> [cols, rows] */
