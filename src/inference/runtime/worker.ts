@@ -1,74 +1,18 @@
 import { parentPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
 import type { Arch, Reply, Request, SamplerSpec, StepRow } from './protocol.js';
+import { KvStore, type Kv } from './kv.js';
 import { mulberry32, sample } from './sampler.js';
 
-// One model's ONNX session, run on this thread (session.run blocks it), and
-// the KV cache of every live sequence: per sequence and layer, a key and a
-// value buffer of [kvHeads, capacity, headDim], grown by doubling.
+// One model's ONNX session, run on this thread (session.run blocks it), the
+// KV cache of every live sequence (kv.ts) and the batch of the last step.
 
 const port = parentPort!;
 let session: ort.InferenceSession;
 /** The shared-prefix graph (branch.onnx) of evaluation models, when there is one. */
 let branchSession: ort.InferenceSession | undefined;
 let arch: Arch;
-
-/**
- * A sequence's cache. A fork shares its parent's first `baseLen` positions
- * (copy-on-write: the parent's buffers are only read) and stores its own
- * positions from there on, so forking 64 question branches off one state
- * copies nothing.
- */
-interface Kv {
-  len: number;
-  cap: number;
-  k: Array<Float32Array | Uint16Array>;
-  v: Array<Float32Array | Uint16Array>;
-  base?: Kv;
-  baseLen: number;
-  /** A prefix's cache as the branch graph's `prefix_key_values` feeds, built once for all its branch steps. */
-  prefixFeeds?: { len: number; feeds: Record<string, ort.Tensor> };
-}
-const caches = new Map<number, Kv>();
-let kvBytes = 0;
-
-const elemBytes = () => (arch.kvType === 'float16' ? 2 : 4);
-const alloc = (n: number) => (arch.kvType === 'float16' ? new Uint16Array(n) : new Float32Array(n));
-
-function newKv(cap: number): Kv {
-  const n = arch.kvHeads * cap * arch.headDim;
-  kvBytes += 2 * arch.layers * n * elemBytes();
-  return { len: 0, cap, k: Array.from({ length: arch.layers }, () => alloc(n)), v: Array.from({ length: arch.layers }, () => alloc(n)), baseLen: 0 };
-}
-
-/** Copies positions [from, to) of head h (layer l) of a cache, the parents' part from the parents, to dst at dstOff. */
-function copySpan(kv: Kv, l: number, which: 'key' | 'value', h: number, from: number, to: number, dst: Float32Array | Uint16Array, dstOff: number): void {
-  const D = arch.headDim;
-  if (kv.base && from < kv.baseLen) copySpan(kv.base, l, which, h, from, Math.min(to, kv.baseLen), dst, dstOff);
-  const start = Math.max(from, kv.baseLen);
-  if (to > start) {
-    const src = which === 'key' ? kv.k[l]! : kv.v[l]!;
-    dst.set(src.subarray((h * kv.cap + start - kv.baseLen) * D, (h * kv.cap + to - kv.baseLen) * D), dstOff + (start - from) * D);
-  }
-}
-
-/** Makes room for `need` positions in all (own capacity covers positions past the shared base). */
-function grow(kv: Kv, needTotal: number): void {
-  const need = needTotal - kv.baseLen;
-  if (need <= kv.cap) return;
-  let cap = kv.cap;
-  while (cap < need) cap *= 2;
-  const { kvHeads: H, headDim: D } = arch;
-  const re = (old: Float32Array | Uint16Array) => {
-    const n = alloc(H * cap * D);
-    for (let h = 0; h < H; h++) n.set(old.subarray(h * kv.cap * D, (h * kv.cap + kv.len - kv.baseLen) * D), h * cap * D);
-    return n;
-  };
-  kvBytes += 2 * arch.layers * H * (cap - kv.cap) * D * elemBytes();
-  kv.k = kv.k.map(re);
-  kv.v = kv.v.map(re);
-  kv.cap = cap;
-}
+let store: KvStore;
 
 function halfToFloat(h: number): number {
   const s = h & 0x8000 ? -1 : 1;
@@ -116,6 +60,7 @@ async function init(msg: Extract<Request, { type: 'init' }>): Promise<void> {
     provider,
     sharedPrefix: false,
   };
+  store = new KvStore(arch);
   if (msg.branchModelPath) {
     branchSession = await ort.InferenceSession.create(msg.branchModelPath, { ...base, executionProviders: [provider] });
     if (!branchSession.inputNames.includes('prefix_key_values.0.key')) throw new Error(`${msg.branchModelPath} has no prefix_key_values inputs`);
@@ -149,9 +94,9 @@ function materialize(): void {
   const { seqs, past, P, mask, offset } = batch;
   const { layers, kvHeads: H, headDim: D } = arch;
   for (let b = 0; b < seqs.length; b++) {
-    const kv = caches.get(seqs[b]!);
+    const kv = store.get(seqs[b]!);
     if (!kv) continue;
-    grow(kv, kv.len);
+    store.grow(kv, kv.len);
     const positions: number[] = [];
     for (let j = 0; j < P; j++) if (mask[b * P + j] === 1n) positions.push(j);
     for (let l = 0; l < layers; l++) {
@@ -219,11 +164,11 @@ function stepInputs(rows: StepRow[], kvs: Kv[], from: number, positions: boolean
   else {
     for (let l = 0; l < layers; l++) {
       for (const which of ['key', 'value'] as const) {
-        const buf = alloc(B * H * P * D);
+        const buf = store.alloc(B * H * P * D);
         for (let b = 0; b < B; b++) {
           const kv = kvs[b]!;
           const pad = P - (kv.len - from);
-          for (let h = 0; h < H; h++) copySpan(kv, l, which, h, from, kv.len, buf, ((b * H + h) * P + pad) * D);
+          for (let h = 0; h < H; h++) store.copySpan(kv, l, which, h, from, kv.len, buf, ((b * H + h) * P + pad) * D);
         }
         feeds[`past_key_values.${l}.${which}`] = new ort.Tensor(arch.kvType, buf, [B, H, P, D]);
       }
@@ -264,11 +209,7 @@ async function step(rows: StepRow[]): Promise<Float32Array> {
   if (root) return branchStep(rows, root);
   const steady = !!batch && !batch.shared && batch.seqs.length === rows.length && rows.every((r, b) => r.seq === batch!.seqs[b] && r.tokens.length === 1);
   if (!steady) materialize();
-  const kvs = rows.map((r) => {
-    let kv = caches.get(r.seq);
-    if (!kv) caches.set(r.seq, (kv = newKv(Math.max(16, r.tokens.length))));
-    return kv;
-  });
+  const kvs = rows.map((r) => store.open(r.seq, Math.max(16, r.tokens.length)));
   const inp = stepInputs(rows, kvs, 0, arch.hasPositionIds, steady ? batch : undefined);
   return afterStep(rows, kvs, await session.run(inp.feeds), inp, 0);
 }
@@ -278,7 +219,7 @@ function sharedRoot(rows: StepRow[]): Kv | undefined {
   if (!branchSession) return undefined;
   let root: Kv | undefined;
   for (const r of rows) {
-    let kv = caches.get(r.seq);
+    let kv = store.get(r.seq);
     if (!kv?.base) return undefined;
     while (kv.base) kv = kv.base;
     if (root && kv !== root) return undefined;
@@ -294,8 +235,8 @@ function prefixFeeds(root: Kv): Record<string, ort.Tensor> {
   const feeds: Record<string, ort.Tensor> = {};
   for (let l = 0; l < layers; l++) {
     for (const which of ['key', 'value'] as const) {
-      const buf = alloc(H * Q * D);
-      for (let h = 0; h < H; h++) copySpan(root, l, which, h, 0, Q, buf, h * Q * D);
+      const buf = store.alloc(H * Q * D);
+      for (let h = 0; h < H; h++) store.copySpan(root, l, which, h, 0, Q, buf, h * Q * D);
       feeds[`prefix_key_values.${l}.${which}`] = new ort.Tensor(arch.kvType, buf, [1, H, Q, D]);
     }
   }
@@ -310,7 +251,7 @@ function prefixFeeds(root: Kv): Record<string, ort.Tensor> {
  */
 async function branchStep(rows: StepRow[], root: Kv): Promise<Float32Array> {
   materialize();
-  const kvs = rows.map((r) => caches.get(r.seq)!);
+  const kvs = rows.map((r) => store.get(r.seq)!);
   const inp = stepInputs(rows, kvs, root.len, true);
   Object.assign(inp.feeds, prefixFeeds(root));
   return afterStep(rows, kvs, await branchSession!.run(inp.feeds), inp, root.len);
@@ -365,7 +306,7 @@ let interruptRequested = false;
 /** A prompt step whose answer goes back as a `step` reply; the generations it starts are returned. */
 async function replyStep(id: number, rows: StepRow[]): Promise<number[]> {
   const { logits, tokens } = await promptStep(rows);
-  port.postMessage({ type: 'step', id, logits, tokens, kvBytes } satisfies Reply, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
+  port.postMessage({ type: 'step', id, logits, tokens, kvBytes: store.bytes } satisfies Reply, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
   return rows.filter((r) => r.sampler).map((r) => r.seq);
 }
 
@@ -391,7 +332,7 @@ async function runJoin(): Promise<number[]> {
 async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<void> {
   interruptRequested = false;
   inRun = true;
-  const alive = (seq: number) => caches.has(seq) && samplers.get(seq)?.ended === false;
+  const alive = (seq: number) => store.has(seq) && samplers.get(seq)?.ended === false;
   let live = seqs.filter(alive);
   try {
     for (let steps = 0; !interruptRequested && steps < stepsMax; steps++) {
@@ -423,26 +364,14 @@ function applyDeferredFrees(): void {
 
 function fork(from: number, to: number[]): void {
   if (batch?.seqs.includes(from)) materialize();
-  const src = caches.get(from);
+  const src = store.get(from);
   if (!src) throw new Error(`fork: sequence ${from} has no cache`);
-  for (const t of to) {
-    const kv = newKv(16);
-    kv.base = src;
-    kv.baseLen = src.len;
-    kv.len = src.len;
-    caches.set(t, kv);
-  }
+  store.fork(src, to);
 }
 
 function free(seqs: number[]): void {
   if (batch && seqs.some((s) => batch!.seqs.includes(s))) materialize();
-  for (const s of seqs) {
-    const kv = caches.get(s);
-    if (!kv) continue;
-    kvBytes -= 2 * arch.layers * arch.kvHeads * kv.cap * arch.headDim * elemBytes();
-    caches.delete(s);
-    samplers.delete(s);
-  }
+  for (const s of seqs) if (store.delete(s)) samplers.delete(s);
 }
 
 // Model work runs one piece at a time, in arrival order; interrupts and
@@ -481,7 +410,7 @@ port.on('message', async (msg: Request) => {
     case 'decode':
       return serial(msg, async () => {
         await decodeRun(msg.id, msg.seqs, msg.stepsMax);
-        port.postMessage({ type: 'decode-done', id: msg.id, kvBytes } satisfies Reply);
+        port.postMessage({ type: 'decode-done', id: msg.id, kvBytes: store.bytes } satisfies Reply);
       });
     case 'interrupt':
       interruptRequested = true;
