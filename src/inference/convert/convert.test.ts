@@ -475,6 +475,15 @@ describe('seeded random-weight generator (always runs)', () => {
     const second = ensureDefaultModels({ modelsDir: dir, sharedModelsDir: STORIES ?? path.join(dir, 'no-shared') });
     expect(second.filter((r) => r.folder.startsWith('random')).every((r) => r.action === 'up-to-date')).toBe(true);
     expect(fs.statSync(path.join(dir, 'random-llama', 'model.onnx')).mtimeMs).toBe(before);
+    // an evaluation model is whole only with its branch graph
+    expect(fs.existsSync(path.join(dir, 'random-llama', 'branch.onnx'))).toBe(false);
+    fs.rmSync(path.join(dir, 'random-llama-eval', 'branch.onnx'));
+    const third = ensureDefaultModels({ modelsDir: dir, sharedModelsDir: path.join(dir, 'no-shared') });
+    expect(third.map((r) => [r.folder, r.action])).toEqual([
+      ['random-llama', 'up-to-date'],
+      ['random-llama-eval', 'written'],
+    ]);
+    expect(fs.existsSync(path.join(dir, 'random-llama-eval', 'branch.onnx'))).toBe(true);
     if (STORIES) {
       expect(second.map((r) => r.folder)).toEqual(['random-llama', 'random-llama-eval', 'stories260k', 'stories260k-eval']);
       expect(JSON.parse(fs.readFileSync(path.join(dir, 'stories260k', 'cloudgate.json'), 'utf8')).id).toBe('cloudgate/stories260k');

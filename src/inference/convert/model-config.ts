@@ -100,6 +100,8 @@ export function writeModelDir(outDir: string, c: ModelDirContents): void {
 export function modelDirIsCurrent(dir: string, sourceHash: string): boolean {
   try {
     for (const f of MODEL_FILES) if (!fs.statSync(path.join(dir, f)).isFile()) return false;
+    const kind = (JSON.parse(fs.readFileSync(path.join(dir, 'cloudgate.json'), 'utf8')) as Partial<CloudgateModelConfig>).kind;
+    if (kind === 'evaluation' && !fs.statSync(path.join(dir, BRANCH_FILE)).isFile()) return false;
     const rec = JSON.parse(fs.readFileSync(path.join(dir, SOURCE_FILE), 'utf8')) as Partial<SourceRecord>;
     return rec.sourceHash === sourceHash;
   } catch {
