@@ -1,5 +1,11 @@
-import type { z } from 'zod';
+import { z } from 'zod';
 import { ApiError, showValue, type FieldIssue } from '../errors.js';
+
+/** Ids are opaque strings; anything longer than this is not one of ours. */
+export const ID_CHARS_MAX = 128;
+
+/** An id in a body or query (pods, disks, teams, wallets, invoices, runs). */
+export const idString = z.string('must be a string').min(1, 'must not be empty').max(ID_CHARS_MAX, `must be at most ${ID_CHARS_MAX} characters`);
 
 /**
  * Parses a request part with a zod schema. Every failure names the field

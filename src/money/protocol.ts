@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { idString } from '../http/validate.js';
 
 // Request schemas of the money routes: admin top-up (SPEC 4.7), invoices,
 // RFT runs and their usage (admin extensions, docs/api-notes/money.md).
@@ -8,8 +9,6 @@ import { z } from 'zod';
 export const AMOUNT_UNITS_MAX = 1_000_000_000_000;
 /** Descriptions land in the ledger and in lists: a sentence, not a document. */
 export const DESCRIPTION_CHARS_MAX = 500;
-/** Ids are opaque strings; anything longer is not one of ours. */
-export const ID_CHARS_MAX = 128;
 /** Stripe allows 255 characters for an idempotency key; so do we. */
 export const IDEMPOTENCY_KEY_CHARS_MAX = 255;
 /** Tokens in one usage record: 10^12 is more than any run uses, and keeps tokens x price_micro exact in numeric. */
@@ -19,7 +18,7 @@ export const PRICE_PER_MTOK_MAX = 10_000;
 export const PRICE_DECIMALS_MAX = 6;
 export const RUN_STATUSES = ['PENDING', 'RUNNING', 'COMPLETED', 'FAILED', 'STOPPED'] as const;
 
-const id = z.string('must be a string').min(1, 'must not be empty').max(ID_CHARS_MAX, `must be at most ${ID_CHARS_MAX} characters`);
+const id = idString;
 const description = z.string('must be a string').max(DESCRIPTION_CHARS_MAX, `must be at most ${DESCRIPTION_CHARS_MAX} characters`);
 
 export const TopupBody = z.object({

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { idString } from '../http/validate.js';
 
 // Request schemas of the platform and admin API (SPEC 4.1 to 4.4, 4.6, 4.7).
 // Real clients send explicit nulls and extra keys (DESIGN.md): null means
@@ -7,8 +8,6 @@ import { z } from 'zod';
 
 /** Names are free text, but bounded: they end up in lists and logs. */
 export const NAME_CHARS_MAX = 255;
-/** Ids are opaque strings; anything longer than this is not one of ours. */
-export const ID_CHARS_MAX = 128;
 /** A pod's persistent disks; the provider's own limit is usually lower and is checked too. */
 export const POD_DISKS_MAX = 16;
 /** Users a pod can be shared with one by one; beyond this, share with the team. */
@@ -18,7 +17,7 @@ export const GPU_COUNT_MAX = 64;
 /** SPEC 8: node detach and assignment bulk delete take at most 1000 ids. */
 export const INVENTORY_IDS_MAX = 1000;
 
-const id = z.string().min(1, 'must not be empty').max(ID_CHARS_MAX, `must be at most ${ID_CHARS_MAX} characters`);
+const id = idString;
 const name = z.string().max(NAME_CHARS_MAX, `must be at most ${NAME_CHARS_MAX} characters`);
 const count = z.number('must be a number').finite('must be a finite number');
 

@@ -151,6 +151,32 @@ describe('engine', () => {
   });
 });
 
+describe('engine without a usable branch graph', () => {
+  it('loads an evaluation model whose branch.onnx is broken and scores with the model graph, the same scores', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-nobranch-'));
+    try {
+      fs.cpSync(path.join(modelsDir, 'random-llama-eval'), path.join(dir, 'eval'), { recursive: true });
+      fs.writeFileSync(path.join(dir, 'eval', 'branch.onnx'), 'not a model');
+      const plain = await Engine.load({ modelsDir: dir, executionProvider: 'cpu', strict: false, intraOpThreads: 1 });
+      try {
+        const prefix = engine.encode(EVAL, 'The state of the world is calm today.');
+        const branches = [{ parent: -1, tokens: engine.encode(EVAL, ' Is it calm?') }, { parent: 0, tokens: [5] }];
+        const want = await engine.scoreBranches(EVAL, { prefixTokens: prefix, branches });
+        const got = await plain.scoreBranches(EVAL, { prefixTokens: prefix, branches });
+        for (let i = 0; i < branches.length; i++) {
+          let maxDiff = 0;
+          for (let t = 0; t < want.logprobs[i]!.length; t++) maxDiff = Math.max(maxDiff, Math.abs(want.logprobs[i]![t]! - got.logprobs[i]![t]!));
+          expect(maxDiff).toBeLessThan(1e-4);
+        }
+      } finally {
+        await plain.close();
+      }
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('engine backpressure', () => {
   it('pauses a sequence whose reader stops reading, keeps the others going, and resumes it with the same tokens', async () => {
     const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { pendingTokensMax: 4, decodeRunStepsMax: 4 } });

@@ -62,9 +62,15 @@ async function init(msg: Extract<Request, { type: 'init' }>): Promise<void> {
   };
   store = new KvStore(arch);
   if (msg.branchModelPath) {
-    branchSession = await ort.InferenceSession.create(msg.branchModelPath, { ...base, executionProviders: [provider] });
-    if (!branchSession.inputNames.includes('prefix_key_values.0.key')) throw new Error(`${msg.branchModelPath} has no prefix_key_values inputs`);
-    arch.sharedPrefix = true;
+    // The branch graph only makes scoring faster: a model whose branch graph does not load scores without it.
+    try {
+      const s = await ort.InferenceSession.create(msg.branchModelPath, { ...base, executionProviders: [provider] });
+      if (!s.inputNames.includes('prefix_key_values.0.key')) throw new Error('it has no prefix_key_values inputs');
+      branchSession = s;
+      arch.sharedPrefix = true;
+    } catch (e) {
+      port.postMessage({ type: 'init-error', message: `fallback: ${msg.branchModelPath} not used (${(e as Error).message}); branches are scored with the model graph` } satisfies Reply);
+    }
   }
 }
 
