@@ -2,7 +2,7 @@ import { ApiError, conflict, notFound } from '../errors.js';
 import type { Sql, Tx } from '../db/index.js';
 import { newId } from '../ids.js';
 import { generateKey, hashKey, keyPrefix } from './keys.js';
-import type { RateLimits } from './principal.js';
+import { ungrantable, type Principal, type RateLimits } from './principal.js';
 
 // Users, teams, memberships and keys. Every user and team gets its wallet in
 // the same transaction that creates it, so no owner is ever without one.
@@ -88,17 +88,37 @@ export async function createApiKey(
   return { id, key: secret, userId, name: name ?? null, permissions, rateLimits: limits, createdAt: iso(row!.created_at) };
 }
 
-/** Sets (or, with null, clears) a key's own rate limits. */
+/** 403 unless the caller holds every permission it hands out (see `canGrant`). */
+export function assertGrantable(caller: Principal, permissions: Iterable<string>, param = 'permissions'): void {
+  const denied = ungrantable(caller, permissions);
+  if (denied.length > 0) {
+    throw new ApiError('forbidden', `a key may grant only permissions it holds; this key does not hold ${denied.join(', ')}`, { param });
+  }
+}
+
+/**
+ * Sets (or, with null, clears) a key's own rate limits. The caller must hold every
+ * permission of the key it changes, and only `admin:*` changes its own key's limits:
+ * otherwise a narrow admin key could lift its own or a stronger key's limits.
+ */
 export async function setKeyRateLimits(
   sql: Sql,
+  caller: Principal,
   keyId: string,
   rateLimits: { requestsPerMinute?: number | null; tokensPerMinute?: number | null } | null,
 ) {
   const limits = rateLimits ? stripNulls({ ...rateLimits }) : null;
-  const [row] = await sql<{ id: string; user_id: string }[]>`
-    UPDATE api_keys SET rate_limits = ${limits ? sql.json(limits as never) : null} WHERE id = ${keyId} RETURNING id, user_id`;
-  if (!row) throw notFound('API key', keyId);
-  return { id: row.id, userId: row.user_id, rateLimits: limits };
+  return sql.begin(async (tx) => {
+    const [key] = await tx<{ permissions: string[] }[]>`SELECT permissions FROM api_keys WHERE id = ${keyId} FOR UPDATE`;
+    if (!key) throw notFound('API key', keyId);
+    assertGrantable(caller, key.permissions, 'keyId');
+    if (keyId === caller.keyId && !caller.permissions.has('admin:*')) {
+      throw new ApiError('forbidden', "a key may not change its own rate limits (only admin:* may)", { param: 'keyId' });
+    }
+    const [row] = await tx<{ id: string; user_id: string }[]>`
+      UPDATE api_keys SET rate_limits = ${limits ? tx.json(limits as never) : null} WHERE id = ${keyId} RETURNING id, user_id`;
+    return { id: row!.id, userId: row!.user_id, rateLimits: limits };
+  });
 }
 
 function stripNulls(o: { [k: string]: number | null | undefined }): RateLimits {

@@ -30,3 +30,18 @@ export function can(p: Principal, needed: string): boolean {
 }
 
 export const isAdmin = (p: Principal): boolean => [...p.permissions].some((x) => x.startsWith('admin:'));
+
+/**
+ * What a caller may hand to a key it issues or changes: only what it holds itself.
+ * `admin:*` is the one superuser scope, so it may grant anything, `admin:*` included;
+ * a narrower admin scope grants itself and what it holds, never `admin:*` or a
+ * sibling scope (otherwise `admin:users` mints an `admin:*` key and tops up wallets).
+ */
+export function canGrant(p: Principal, permission: string): boolean {
+  return p.permissions.has('admin:*') || can(p, permission);
+}
+
+/** The permissions in `wanted` that `p` may not grant (empty when all are allowed). */
+export function ungrantable(p: Principal, wanted: Iterable<string>): string[] {
+  return [...wanted].filter((x) => !canGrant(p, x));
+}

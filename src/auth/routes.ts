@@ -3,7 +3,7 @@ import { parse } from '../http/validate.js';
 import type { Route } from '../http/router.js';
 import type { Authenticator } from './authenticator.js';
 import { AddMemberBody, CreateKeyBody, CreateTeamBody, CreateUserBody, PatchKeyBody } from './protocol.js';
-import { addMember, createApiKey, createTeam, createUser, setKeyRateLimits } from './issuance.js';
+import { addMember, assertGrantable, createApiKey, createTeam, createUser, setKeyRateLimits } from './issuance.js';
 
 // Admin issuance routes. Each answers `{data, status}` like the other admin routes.
 export function issuanceRoutes(sql: Sql, auth: Authenticator): Route[] {
@@ -39,6 +39,7 @@ export function issuanceRoutes(sql: Sql, auth: Authenticator): Route[] {
       path: '/api/admin/api-keys',
       handler: async (ctx) => {
         const b = parse(CreateKeyBody, await ctx.json());
+        assertGrantable(ctx.principal, b.permissions);
         return ok(await createApiKey(sql, b.userId, b.permissions, b.name, b.rateLimits));
       },
     },
@@ -50,7 +51,7 @@ export function issuanceRoutes(sql: Sql, auth: Authenticator): Route[] {
       path: '/api/admin/api-keys/:keyId',
       handler: async (ctx) => {
         const b = parse(PatchKeyBody, await ctx.json());
-        const r = await setKeyRateLimits(sql, ctx.params.keyId!, b.rateLimits);
+        const r = await setKeyRateLimits(sql, ctx.principal, ctx.params.keyId!, b.rateLimits);
         auth.invalidate();
         return { status: 200, body: { data: r, status: 'success' } };
       },
