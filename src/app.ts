@@ -75,10 +75,17 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
     if (r.inference) inference.addAll(r.inference);
   }
 
-  const common = { auth: services.auth, bodyBytesMax: config.MAX_BODY_BYTES, timeoutMs: config.REQUEST_TIMEOUT_MS, host: config.HOST };
+  const common = { auth: services.auth, bodyBytesMax: config.MAX_BODY_BYTES, timeoutMs: config.REQUEST_TIMEOUT_MS, host: config.HOST, cors: config.CORS_ORIGINS };
   const servers = [
     new HttpServer({ ...common, name: 'platform', port: config.PORT, family: 'platform', router: platform }),
-    new HttpServer({ ...common, name: 'inference', port: config.INFERENCE_PORT, family: 'inference', router: inference }),
+    new HttpServer({
+      ...common,
+      name: 'inference',
+      port: config.INFERENCE_PORT,
+      family: 'inference',
+      router: inference,
+      notFoundHint: '; the inference API is served under /v1 (as OpenAI-compatible servers do) and /api/v1, e.g. POST /v1/chat/completions, GET /v1/models',
+    }),
   ];
   const [platformPort, inferencePort] = await Promise.all(servers.map((s) => s.listen()));
   log.info({ platformPort, inferencePort, host: config.HOST, database: embedded ? 'embedded' : 'external' }, 'listening');

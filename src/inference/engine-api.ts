@@ -9,6 +9,8 @@ export interface ServedModel {
   id: string;
   kind: 'chat' | 'evaluation';
   contextLength: number;
+  /** Token ids run from 0 to vocabSize - 1 (logit_bias keys are checked against it). */
+  vocabSize: number;
   maxTokensDefault: number;
   maxTokensCap: number;
   prices: { inputPerMTok: number; outputPerMTok: number };
@@ -22,6 +24,10 @@ export interface GenerateRequest {
   temperature: number;
   topP: number;
   seed?: number;
+  /** top_k / min_p (vLLM's extras); absent: no cut. */
+  cuts?: Cuts;
+  /** logit_bias and presence / frequency penalties; absent: the raw logits. */
+  adjust?: LogitAdjust;
   stop: string[];
   signal?: AbortSignal;
   /**
@@ -39,4 +45,22 @@ export type GenerateEvent =
 export interface BranchSpec {
   parent: number;
   tokens: number[];
+}
+
+/** Cuts beyond temperature and top_p (vLLM's extras): 0 turns each off. */
+export interface Cuts {
+  /** Keep only the k most likely tokens. */
+  topK: number;
+  /** Drop tokens less likely than minP times the most likely one's probability. */
+  minP: number;
+}
+
+/**
+ * What OpenAI's API adds to the raw logits before sampling: `logit_bias` per token
+ * id, and presence / frequency penalties over the tokens generated so far.
+ */
+export interface LogitAdjust {
+  bias: ReadonlyArray<readonly [number, number]>;
+  presence: number;
+  frequency: number;
 }

@@ -3,7 +3,7 @@ import { ApiError, invalid } from '../errors.js';
 import type { Ctx } from '../http/context.js';
 import type { Reply } from '../http/router.js';
 import { parse } from '../http/validate.js';
-import type { ChatMessage, GenerateEvent, ServedModel } from './engine-api.js';
+import type { ChatMessage, Cuts, GenerateEvent, LogitAdjust, ServedModel } from './engine-api.js';
 import type { Policies, Usage } from './policy-api.js';
 import { ChatCompletionRequest, type ChatCompletion, type ChatCompletionChunk, type FinishReason } from './protocol.js';
 import { SseStream } from './sse.js';
@@ -26,13 +26,39 @@ export function resolveModel(engine: { model(id: string): ServedModel | undefine
   return m;
 }
 
-export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies): Promise<Reply | undefined> {
-  const req = parse(ChatCompletionRequest, await ctx.json());
-  const model = resolveModel(engine, req.model, 'chat');
-  const messages: ChatMessage[] = req.messages.map((m) => ({
+/** Messages as the chat template takes them: `developer` is `system`, text parts joined. */
+export function chatMessages(ms: ChatCompletionRequest['messages']): ChatMessage[] {
+  return ms.map((m) => ({
     role: m.role === 'developer' ? 'system' : m.role,
     content: m.content === null ? '' : typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join(''),
   }));
+}
+
+/** top_k / min_p and logit_bias / penalties as the engine takes them; absent when they change nothing. */
+export function samplingOf(
+  req: { top_k?: number | null; min_p?: number | null; logit_bias?: Record<string, number> | null; presence_penalty?: number | null; frequency_penalty?: number | null },
+  model: ServedModel,
+): { cuts?: Cuts; adjust?: LogitAdjust } {
+  const bias: Array<[number, number]> = [];
+  for (const [k, v] of Object.entries(req.logit_bias ?? {})) {
+    const id = Number(k);
+    if (id >= model.vocabSize) throw invalid(`logit_bias.${k}`, `must be a token id below ${model.vocabSize}, the vocabulary size of ${model.id}`, k);
+    if (v !== 0) bias.push([id, v]);
+  }
+  const presence = req.presence_penalty ?? 0;
+  const frequency = req.frequency_penalty ?? 0;
+  const topK = req.top_k != null && req.top_k > 0 ? req.top_k : 0;
+  const minP = req.min_p ?? 0;
+  return {
+    ...(topK > 0 || minP > 0 ? { cuts: { topK, minP } } : {}),
+    ...(bias.length > 0 || presence !== 0 || frequency !== 0 ? { adjust: { bias, presence, frequency } } : {}),
+  };
+}
+
+export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies): Promise<Reply | undefined> {
+  const req = parse(ChatCompletionRequest, await ctx.json());
+  const model = resolveModel(engine, req.model, 'chat');
+  const messages = chatMessages(req.messages);
   const maxParam = req.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
   const maxTokens = req.max_completion_tokens ?? req.max_tokens ?? model.maxTokensDefault;
   if (maxTokens > model.maxTokensCap) throw invalid(maxParam, `must be at most ${model.maxTokensCap} for model ${model.id}`, maxTokens);
@@ -56,6 +82,7 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
       temperature: req.temperature ?? 1,
       topP: req.top_p ?? 1,
       seed: req.seed ?? undefined,
+      ...samplingOf(req, model),
       stop,
       signal: ctx.signal,
       // The engine reports what was really run, cancelled requests included: that is what is billed.

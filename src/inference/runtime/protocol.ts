@@ -4,6 +4,8 @@
 // receives sampled tokens (and last-position logits for scoring), and a
 // decode run goes on step after step without waiting for the main thread.
 
+import type { Cuts, LogitAdjust } from '../engine-api.js';
+
 export interface InitMsg {
   type: 'init';
   modelPath: string;
@@ -35,6 +37,10 @@ export interface SamplerSpec {
   /** Tokens it may generate (max_tokens). */
   budget: number;
   eos: number[];
+  /** top_k / min_p; absent: no cut. */
+  cuts?: Cuts;
+  /** logit_bias and presence / frequency penalties; absent: the raw logits. */
+  adjust?: LogitAdjust;
 }
 
 export interface StepRow {

@@ -385,7 +385,7 @@ export class Scheduler {
   private samplerFor(s: Seq, n: number): SamplerSpec | undefined {
     const g = s.gen;
     if (!g || n < s.pending.length) return undefined;
-    return { temperature: g.req.temperature, topP: g.req.topP, seed: g.seed, budget: g.req.maxTokens, eos: [...this.text.eosIds] };
+    return { temperature: g.req.temperature, topP: g.req.topP, seed: g.seed, budget: g.req.maxTokens, eos: [...this.text.eosIds], cuts: g.req.cuts, adjust: g.req.adjust };
   }
 
   /** Starts the given branches from `from`'s KV cache (shared, not copied). */

@@ -2,7 +2,8 @@ import { parentPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
 import type { Arch, Reply, Request, SamplerSpec, StepRow } from './protocol.js';
 import { KvStore, type Kv } from './kv.js';
-import { mulberry32, sample } from './sampler.js';
+import type { Cuts, LogitAdjust } from '../engine-api.js';
+import { adjustLogits, mulberry32, sample } from './sampler.js';
 
 // One model's ONNX session, run on this thread (session.run blocks it), the
 // KV cache of every live sequence (kv.ts) and the batch of the last step.
@@ -272,6 +273,12 @@ async function branchStep(rows: StepRow[], root: Kv): Promise<Float32Array> {
 interface Sampling {
   temperature: number;
   topP: number;
+  cuts: Cuts | undefined;
+  adjust: LogitAdjust | undefined;
+  /** Generated tokens and their counts (presence / frequency penalties read them). */
+  counts: Map<number, number>;
+  /** The adjusted row, reused step after step. */
+  scratch: Float32Array | undefined;
   rand: () => number;
   budget: number;
   eos: Set<number>;
@@ -284,7 +291,14 @@ const samplers = new Map<number, Sampling>();
 
 /** Samples row `row` of `logits` (rows of `V` last-position logits). */
 function draw(sm: Sampling, logits: Float32Array, row: number, V: number): number {
-  const tok = sample(logits, row * V, V, sm.temperature, sm.topP, sm.rand);
+  let l = logits;
+  let off = row * V;
+  if (sm.adjust) {
+    l = adjustLogits(logits, off, V, sm.adjust, sm.counts, (sm.scratch ??= new Float32Array(V)));
+    off = 0;
+  }
+  const tok = sample(l, off, V, sm.temperature, sm.topP, sm.rand, sm.cuts);
+  if (sm.adjust) sm.counts.set(tok, (sm.counts.get(tok) ?? 0) + 1);
   sm.next = tok;
   sm.budget--;
   sm.ended = sm.eos.has(tok) || sm.budget <= 0;
@@ -292,7 +306,19 @@ function draw(sm: Sampling, logits: Float32Array, row: number, V: number): numbe
 }
 
 function startSampler(seq: number, spec: SamplerSpec): Sampling {
-  const sm: Sampling = { temperature: spec.temperature, topP: spec.topP, rand: mulberry32(spec.seed), budget: spec.budget, eos: new Set(spec.eos), next: -1, ended: false };
+  const sm: Sampling = {
+    temperature: spec.temperature,
+    topP: spec.topP,
+    cuts: spec.cuts,
+    adjust: spec.adjust,
+    counts: new Map(),
+    scratch: undefined,
+    rand: mulberry32(spec.seed),
+    budget: spec.budget,
+    eos: new Set(spec.eos),
+    next: -1,
+    ended: false,
+  };
   samplers.set(seq, sm);
   return sm;
 }
