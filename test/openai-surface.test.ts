@@ -1,6 +1,9 @@
 import fs from 'node:fs';
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
+import { generateCheckpoint } from '../src/inference/convert/generate.js';
+import { RANDOM_LLAMA_PARAMS } from '../src/inference/convert/default-models.js';
+import { RefTransformer } from '../src/inference/convert/reference.js';
 import { startDaemon, stopDaemon } from './daemon.js';
 import { call, daemon, fund, newUser } from './helpers.js';
 
@@ -50,8 +53,8 @@ describe('parameters are honoured or refused, never ignored', () => {
     ['response_format json_object', { response_format: { type: 'json_object' } }, 'response_format.type'],
     ['tools without tool_choice none', { tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }, 'tools'],
     ['tool_choice auto', { tool_choice: 'auto' }, 'tool_choice'],
-    ['logprobs', { logprobs: true }, 'logprobs'],
-    ['top_logprobs', { top_logprobs: 3 }, 'top_logprobs'],
+    ['top_logprobs without logprobs', { top_logprobs: 3 }, 'top_logprobs'],
+    ['top_logprobs over 20', { logprobs: true, top_logprobs: 21 }, 'top_logprobs'],
     ['an unknown parameter', { best_of: 2 }, 'best_of'],
     ['five stop strings', { stop: ['a', 'b', 'c', 'd', 'e'] }, 'stop'],
     ['a logit_bias over 100', { logit_bias: { '5': 101 } }, 'logit_bias.5'],
@@ -142,5 +145,39 @@ describe('CORS', () => {
     } finally {
       await stopDaemon(d);
     }
+  });
+});
+
+describe('logprobs', () => {
+  it('reports each token\'s logprob and top_logprobs as a plain forward pass of the same weights computes them, streamed and not', async () => {
+    const { openai, key } = await client();
+    const prompt = (await call('inference', 'POST', '/tokenize', { key, body: { model: CHAT, messages: msgs } })).body.tokens as number[];
+    const K = 5;
+    const r = await openai.chat.completions.create({ model: CHAT, messages: msgs, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: K });
+    const items = r.choices[0]!.logprobs!.content!;
+    expect(items).toHaveLength(6);
+    // The reference: llama2.c's forward pass in JavaScript over the checkpoint the model was converted from.
+    const ref = new RefTransformer(generateCheckpoint(RANDOM_LLAMA_PARAMS));
+    let logits!: Float32Array;
+    prompt.forEach((t, pos) => (logits = ref.forward(t, pos)));
+    for (let i = 0; i < items.length; i++) {
+      const max = Math.max(...logits);
+      const lse = max + Math.log(logits.reduce((a, v) => a + Math.exp(v - max), 0));
+      const order = [...logits.keys()].sort((a, b) => logits[b]! - logits[a]! || a - b);
+      const tok = order[0]!;
+      expect(items[i]!.logprob).toBeCloseTo(logits[tok]! - lse, 3);
+      expect(items[i]!.top_logprobs).toHaveLength(K);
+      items[i]!.top_logprobs.forEach((alt, j) => expect(alt.logprob).toBeCloseTo(logits[order[j]!]! - lse, 3));
+      expect(items[i]!.top_logprobs[0]!.token).toBe(items[i]!.token);
+      expect(Buffer.from(items[i]!.bytes!).toString('utf8')).toBe(items[i]!.token);
+      logits = ref.forward(tok, prompt.length + i);
+    }
+    expect(items.map((x) => x.token).join('')).toBe(r.choices[0]!.message.content);
+    const stream = await openai.chat.completions.create({ model: CHAT, messages: msgs, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: K, stream: true });
+    const streamed: number[] = [];
+    for await (const c of stream) for (const x of c.choices[0]?.logprobs?.content ?? []) streamed.push(x.logprob);
+    expect(streamed).toEqual(items.map((x) => x.logprob));
+    const none = await openai.chat.completions.create({ model: CHAT, messages: msgs, max_tokens: 2 });
+    expect(none.choices[0]!.logprobs).toBeNull();
   });
 });

@@ -28,6 +28,8 @@ export interface GenerateRequest {
   cuts?: Cuts;
   /** logit_bias and presence / frequency penalties; absent: the raw logits. */
   adjust?: LogitAdjust;
+  /** Report each token's log-probability and this many alternatives (0-20); absent: none. */
+  topLogprobs?: number;
   stop: string[];
   signal?: AbortSignal;
   /**
@@ -37,8 +39,16 @@ export interface GenerateRequest {
   onEnd?: (usage: { promptTokens: number; completionTokens: number }) => void;
 }
 
+/** A generated token's log-probability under the model, and the most likely alternatives. */
+export interface TokenLogprob {
+  logprob: number;
+  /** [token id, logprob] of the `topLogprobs` most likely tokens, most likely first. */
+  top: Array<[number, number]>;
+}
+
 export type GenerateEvent =
-  | { type: 'delta'; text: string; tokenIds: number[] }
+  /** `logprobs[i]` belongs to `tokenIds[i]`, present when the request asked for them. */
+  | { type: 'delta'; text: string; tokenIds: number[]; logprobs?: TokenLogprob[] }
   | { type: 'done'; finishReason: 'stop' | 'length' | 'cancelled'; promptTokens: number; completionTokens: number };
 
 /** A scored branch: it continues the shared prefix (parent -1) or an earlier branch. */

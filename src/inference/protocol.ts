@@ -24,6 +24,8 @@ const Message = z.object({
 
 const stopSeq = z.string().min(1, 'must not be empty').max(STOP_SEQUENCE_CHARS_MAX, `must be at most ${STOP_SEQUENCE_CHARS_MAX} characters`);
 
+/** OpenAI's bound on top_logprobs for chat completions. */
+export const TOP_LOGPROBS_MAX = 20;
 /** OpenAI's logit_bias range: -100 bans a token, 100 forces it. */
 export const LOGIT_BIAS_ABS_MAX = 100;
 /** More biased tokens than this is a client bug (OpenAI documents no bound; 300 is its practical limit). */
@@ -81,11 +83,14 @@ export const ChatCompletionRequest = strictObject(
     tools: z.array(z.unknown()).nullish(),
     tool_choice: z.unknown().optional(),
     parallel_tool_calls: z.boolean().nullish(),
-    logprobs: z.literal(false, { message: unsupported('logprobs') }).nullish(),
-    top_logprobs: z.literal(0, { message: unsupported('top_logprobs') }).nullish(),
+    logprobs: z.boolean().nullish(),
+    top_logprobs: z.number().int('must be an integer').min(0, `must be between 0 and ${TOP_LOGPROBS_MAX}`).max(TOP_LOGPROBS_MAX, `must be between 0 and ${TOP_LOGPROBS_MAX}`).nullish(),
   },
   `is not a supported parameter; supported: ${CHAT_PARAMETERS.join(', ')}`,
 ).superRefine((r, ctx) => {
+    if (r.top_logprobs != null && r.logprobs !== true) {
+      ctx.addIssue({ code: 'custom', path: ['top_logprobs'], message: 'needs logprobs: true (as OpenAI requires)' });
+    }
     const tools = r.tools ?? [];
     if (r.tool_choice !== undefined && r.tool_choice !== null && r.tool_choice !== 'none') {
       ctx.addIssue({ code: 'custom', path: ['tool_choice'], message: `${unsupported('tool calling')}; only "none" is accepted` });
@@ -103,13 +108,22 @@ export interface Usage {
   total_tokens: number;
 }
 
+/** OpenAI's per-token logprob item. */
+export interface LogprobItem {
+  token: string;
+  logprob: number;
+  bytes: number[] | null;
+  top_logprobs: Array<{ token: string; logprob: number; bytes: number[] | null }>;
+}
+export type ChoiceLogprobs = { content: LogprobItem[]; refusal: null } | null;
+
 export interface ChatCompletion {
   id: string;
   object: 'chat.completion';
   created: number;
   model: string;
   system_fingerprint: string | null;
-  choices: Array<{ index: number; message: { role: 'assistant'; content: string }; finish_reason: FinishReason; logprobs: null }>;
+  choices: Array<{ index: number; message: { role: 'assistant'; content: string }; finish_reason: FinishReason; logprobs: ChoiceLogprobs }>;
   usage: Usage;
 }
 
@@ -119,7 +133,7 @@ export interface ChatCompletionChunk {
   created: number;
   model: string;
   system_fingerprint: string | null;
-  choices: Array<{ index: number; delta: { role?: 'assistant'; content?: string }; finish_reason: FinishReason | null; logprobs: null }>;
+  choices: Array<{ index: number; delta: { role?: 'assistant'; content?: string }; finish_reason: FinishReason | null; logprobs: ChoiceLogprobs }>;
   usage?: Usage | null;
 }
 

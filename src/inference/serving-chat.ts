@@ -3,15 +3,16 @@ import { ApiError, invalid } from '../errors.js';
 import type { Ctx } from '../http/context.js';
 import type { Reply } from '../http/router.js';
 import { parse } from '../http/validate.js';
-import type { ChatMessage, Cuts, GenerateEvent, LogitAdjust, ServedModel } from './engine-api.js';
+import type { ChatMessage, Cuts, GenerateEvent, LogitAdjust, ServedModel, TokenLogprob } from './engine-api.js';
 import type { Policies, Usage } from './policy-api.js';
-import { ChatCompletionRequest, type ChatCompletion, type ChatCompletionChunk, type FinishReason } from './protocol.js';
+import { ChatCompletionRequest, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type LogprobItem } from './protocol.js';
 import { SseStream } from './sse.js';
 
 /** What chat serving needs from the engine. */
 export interface ChatEngine {
   model(id: string): ServedModel | undefined;
   encodeChat(modelId: string, messages: ChatMessage[]): number[];
+  tokenBytes(modelId: string, id: number): Uint8Array;
   generate(modelId: string, req: import('./engine-api.js').GenerateRequest): AsyncGenerator<GenerateEvent>;
 }
 
@@ -24,6 +25,21 @@ export function resolveModel(engine: { model(id: string): ServedModel | undefine
     throw new ApiError('invalid', `model ${JSON.stringify(id)} is an ${m.kind} model and cannot be used for ${where}`, { param: 'model', code: 'invalid_model' });
   }
   return m;
+}
+
+/** Turns the engine's token logprobs into OpenAI's items (token text, UTF-8 bytes, alternatives). */
+export function logprobItems(engine: ChatEngine, modelId: string): (ids: number[], lps: TokenLogprob[]) => LogprobItem[] {
+  const dec = new TextDecoder();
+  const piece = (id: number) => {
+    const bytes = engine.tokenBytes(modelId, id);
+    return { token: dec.decode(bytes), bytes: [...bytes] };
+  };
+  return (ids, lps) =>
+    lps.map((lp, i) => ({
+      ...piece(ids[i]!),
+      logprob: lp.logprob,
+      top_logprobs: lp.top.map(([id, logprob]) => ({ ...piece(id), logprob })),
+    }));
 }
 
 /** Messages as the chat template takes them: `developer` is `system`, text parts joined. */
@@ -83,6 +99,7 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
       topP: req.top_p ?? 1,
       seed: req.seed ?? undefined,
       ...samplingOf(req, model),
+      ...(req.logprobs ? { topLogprobs: req.top_logprobs ?? 0 } : {}),
       stop,
       signal: ctx.signal,
       // The engine reports what was really run, cancelled requests included: that is what is billed.
@@ -97,13 +114,19 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
   const headers = { ...admission.headers, 'x-inference-id': id };
   try {
     if (req.stream) {
-      await streamChat(ctx, events, { id, created, model: model.id, includeUsage: req.stream_options?.include_usage === true }, headers, usage);
+      const meta = { id, created, model: model.id, includeUsage: req.stream_options?.include_usage === true, logprobs: req.logprobs ? logprobItems(engine, model.id) : undefined };
+      await streamChat(ctx, events, meta, headers, usage);
       return undefined;
     }
     let text = '';
     let finish: FinishReason = 'stop';
+    const items: LogprobItem[] = [];
+    const toItem = logprobItems(engine, model.id);
     for await (const ev of events) {
-      if (ev.type === 'delta') text += ev.text;
+      if (ev.type === 'delta') {
+        text += ev.text;
+        if (ev.logprobs) items.push(...toItem(ev.tokenIds, ev.logprobs));
+      }
       else {
         usage.inputTokens = ev.promptTokens;
         usage.outputTokens = ev.completionTokens;
@@ -117,7 +140,7 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
       created,
       model: model.id,
       system_fingerprint: null,
-      choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: finish, logprobs: null }],
+      choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: finish, logprobs: req.logprobs ? { content: items, refusal: null } : null }],
       usage: { prompt_tokens: usage.inputTokens, completion_tokens: usage.outputTokens, total_tokens: usage.inputTokens + usage.outputTokens },
     };
     return { body, headers };
@@ -129,18 +152,18 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
 async function streamChat(
   ctx: Ctx,
   events: AsyncGenerator<GenerateEvent>,
-  meta: { id: string; created: number; model: string; includeUsage: boolean },
+  meta: { id: string; created: number; model: string; includeUsage: boolean; logprobs: ReturnType<typeof logprobItems> | undefined },
   headers: Record<string, string>,
   usage: Usage,
 ): Promise<void> {
   const sse = new SseStream(ctx);
-  const chunk = (delta: ChatCompletionChunk['choices'][0]['delta'], finish: FinishReason | null): ChatCompletionChunk => ({
+  const chunk = (delta: ChatCompletionChunk['choices'][0]['delta'], finish: FinishReason | null, logprobs: ChoiceLogprobs = null): ChatCompletionChunk => ({
     id: meta.id,
     object: 'chat.completion.chunk',
     created: meta.created,
     model: meta.model,
     system_fingerprint: null,
-    choices: [{ index: 0, delta, finish_reason: finish, logprobs: null }],
+    choices: [{ index: 0, delta, finish_reason: finish, logprobs }],
     ...(meta.includeUsage ? { usage: null } : {}),
   });
   // Headers (rate limits included) go out before the first token.
@@ -149,7 +172,9 @@ async function streamChat(
     if (!(await sse.send(chunk({ role: 'assistant', content: '' }, null)))) return;
     for await (const ev of events) {
       if (ev.type === 'delta') {
-        if (ev.text && !(await sse.send(chunk({ content: ev.text }, null)))) return; // client gone: finally cancels
+        // A token whose text is held back (a possible stop string) still reports its logprob, with empty content.
+        const lp = meta.logprobs && ev.logprobs ? { content: meta.logprobs(ev.tokenIds, ev.logprobs), refusal: null } : null;
+        if ((ev.text || lp) && !(await sse.send(chunk({ content: ev.text }, null, lp)))) return; // client gone: finally cancels
         continue;
       }
       usage.inputTokens = ev.promptTokens;

@@ -121,6 +121,12 @@ export class Engine implements InferenceEngine {
     return ids.map((id) => tok.id_to_token(id) ?? '');
   }
 
+  /** The bytes each token adds to text (a byte-fallback token is its one byte), for logprobs. */
+  tokenBytes(modelId: string, id: number): Uint8Array {
+    const t = this.get(modelId).text;
+    return t.pieces?.[id] ?? new TextEncoder().encode(t.decode([id]));
+  }
+
   bosTokens(modelId: string): number[] {
     return this.get(modelId).text.bosTokens();
   }

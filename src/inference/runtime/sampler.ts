@@ -1,4 +1,4 @@
-import type { Cuts, LogitAdjust } from '../engine-api.js';
+import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 
 // Next-token choice from last-position logits: greedy at temperature 0
 // (lowest id wins ties), else temperature-scaled softmax with nucleus (top_p)
@@ -86,4 +86,30 @@ export function logSoftmax(l: Float32Array, off: number, n: number): Float32Arra
   const out = new Float32Array(n);
   for (let i = 0; i < n; i++) out[i] = l[off + i]! - lse;
   return out;
+}
+
+/**
+ * The log-probability of `tok` in one row of raw logits (the model's distribution, before
+ * temperature, top_p and logit_bias, as OpenAI reports it) and the `k` most likely tokens
+ * (ties: lower id first).
+ */
+export function tokenLogprob(l: Float32Array, off: number, n: number, tok: number, k: number): TokenLogprob {
+  let max = -Infinity;
+  for (let i = 0; i < n; i++) if (l[off + i]! > max) max = l[off + i]!;
+  let sum = 0;
+  for (let i = 0; i < n; i++) sum += Math.exp(l[off + i]! - max);
+  const lse = max + Math.log(sum);
+  // k <= 20: keep a small sorted list instead of sorting the vocabulary.
+  const top: Array<[number, number]> = [];
+  for (let i = 0; k > 0 && i < n; i++) {
+    const v = l[off + i]!;
+    if (top.length === k && v <= top[k - 1]![1]) continue;
+    let j = top.length < k ? top.length : k - 1;
+    top[j] = [i, v];
+    while (j > 0 && top[j - 1]![1] < v) {
+      [top[j - 1], top[j]] = [top[j]!, top[j - 1]!];
+      j--;
+    }
+  }
+  return { logprob: l[off + tok]! - lse, top: top.map(([id, v]) => [id, v - lse]) };
 }
