@@ -181,3 +181,72 @@ describe('logprobs', () => {
     expect(none.choices[0]!.logprobs).toBeNull();
   });
 });
+
+describe('legacy completions (POST /v1/completions)', () => {
+  it('completes a string prompt like chat would complete the same tokens, with usage, stop and echo', async () => {
+    const { openai, key } = await client();
+    const r = await openai.completions.create({ model: CHAT, prompt: 'Once upon a time', max_tokens: 8, temperature: 0 });
+    expect(r.object).toBe('text_completion');
+    expect(r.id).toMatch(/^cmpl-/);
+    expect(r.choices[0]!.finish_reason).toBe('length');
+    expect(r.usage).toMatchObject({ completion_tokens: 8, total_tokens: r.usage!.prompt_tokens + 8 });
+    const ids = (await call('inference', 'POST', '/tokenize', { key, body: { model: CHAT, prompt: 'Once upon a time' } })).body.tokens;
+    expect(r.usage!.prompt_tokens).toBe(ids.length);
+    // The same prompt as token ids gives the same greedy text.
+    const byIds = await openai.completions.create({ model: CHAT, prompt: ids, max_tokens: 8, temperature: 0 });
+    expect(byIds.choices[0]!.text).toBe(r.choices[0]!.text);
+    const echo = await openai.completions.create({ model: CHAT, prompt: 'Once upon a time', max_tokens: 8, temperature: 0, echo: true });
+    expect(echo.choices[0]!.text).toBe('Once upon a time' + r.choices[0]!.text);
+    // 16 tokens when max_tokens is absent, as OpenAI's legacy default.
+    expect((await openai.completions.create({ model: CHAT, prompt: 'x', temperature: 0 })).usage!.completion_tokens).toBeLessThanOrEqual(16);
+  });
+
+  it('answers several prompts as several choices, streamed with include_usage too', async () => {
+    const { openai } = await client();
+    const prompts = ['Once upon a time', 'The dog'];
+    const one = await Promise.all(prompts.map((p) => openai.completions.create({ model: CHAT, prompt: p, max_tokens: 5, temperature: 0 })));
+    const r = await openai.completions.create({ model: CHAT, prompt: prompts, max_tokens: 5, temperature: 0 });
+    expect(r.choices.map((c) => c.index)).toEqual([0, 1]);
+    expect(r.choices.map((c) => c.text)).toEqual(one.map((o) => o.choices[0]!.text));
+    expect(r.usage!.completion_tokens).toBe(10);
+    const stream = await openai.completions.create({ model: CHAT, prompt: prompts, max_tokens: 5, temperature: 0, stream: true, stream_options: { include_usage: true } });
+    const texts = ['', ''];
+    const finishes: string[] = [];
+    let usage: OpenAI.CompletionUsage | undefined;
+    for await (const c of stream) {
+      for (const ch of c.choices) {
+        texts[ch.index] += ch.text;
+        if (ch.finish_reason) finishes.push(ch.finish_reason);
+      }
+      if (c.usage) usage = c.usage;
+    }
+    expect(texts).toEqual(one.map((o) => o.choices[0]!.text));
+    expect(finishes).toEqual(['length', 'length']);
+    expect(usage!.total_tokens).toBe(r.usage!.total_tokens);
+  });
+
+  it('reports legacy logprobs consistent with chat logprobs of the same tokens', async () => {
+    const { openai } = await client();
+    const r = await openai.completions.create({ model: CHAT, prompt: 'Once upon a time', max_tokens: 4, temperature: 0, logprobs: 3 });
+    const lp = r.choices[0]!.logprobs!;
+    expect(lp.tokens).toHaveLength(4);
+    expect(lp.tokens!.join('')).toBe(r.choices[0]!.text);
+    expect(lp.text_offset).toEqual(lp.tokens!.map((_, i) => lp.tokens!.slice(0, i).join('').length));
+    lp.top_logprobs!.forEach((alts, i) => {
+      expect(Object.keys(alts).length).toBeGreaterThanOrEqual(1);
+      expect(Math.max(...Object.values(alts))).toBeCloseTo(lp.token_logprobs![i]!, 5);
+    });
+  });
+
+  it('refuses an evaluation model, echo with logprobs, suffix, best_of and bad token ids by name', async () => {
+    const { key } = await client();
+    const post = (body: Record<string, unknown>) => call('inference', 'POST', '/v1/completions', { key, body: { model: CHAT, prompt: 'hi', max_tokens: 2, ...body } });
+    const e = await post({ model: EVAL });
+    expect(e.status).toBe(400);
+    expect(e.body.error.code).toBe('invalid_model');
+    for (const [body, param] of [[{ echo: true, logprobs: 1 }, 'echo'], [{ suffix: 'x' }, 'suffix'], [{ best_of: 2 }, 'best_of'], [{ prompt: [[1, 999999]] }, 'prompt.0.1'], [{ logprobs: 6 }, 'logprobs'], [{ max_tokens: 100000 }, 'max_tokens']] as const) {
+      const r = await post(body);
+      expect({ param, status: r.status, got: r.body.error.param }).toEqual({ param, status: 400, got: param });
+    }
+  });
+});

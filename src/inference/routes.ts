@@ -4,6 +4,7 @@ import type { ServedModel } from './engine-api.js';
 import type { Policies } from './policy-api.js';
 import type { ModelObject } from './protocol.js';
 import { serveChat, type ChatEngine } from './serving-chat.js';
+import { serveCompletion } from './serving-completions.js';
 import { serveEvaluation } from './serving-eval.js';
 import { serveDetokenize, serveTokenize, type TokenizeEngine } from './serving-tokenize.js';
 import type { EvalEngine } from './evaluator/evaluate.js';
@@ -64,6 +65,14 @@ export function inferenceRoutes(engine: InferenceEngine, policies: Policies, lim
       // Streams and long generations end by their own deadline, not the default one.
       timeoutMs: limits.streamTimeoutMs,
       handler: (ctx) => serveChat(ctx, engine, policies),
+    },
+    {
+      ...base,
+      method: 'POST',
+      path: `${prefix}/completions`,
+      bodyBytesMax: limits.chatBodyBytesMax,
+      timeoutMs: limits.streamTimeoutMs,
+      handler: (ctx) => serveCompletion(ctx, engine, policies),
     },
     evalRoute(`${prefix}/evaluations`, false),
   ];

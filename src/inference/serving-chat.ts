@@ -27,6 +27,18 @@ export function resolveModel(engine: { model(id: string): ServedModel | undefine
   return m;
 }
 
+/** The cap on the completion and the context length (prompt + completion), each a 400 naming its field. */
+export function checkContext(model: ServedModel, promptLen: number, promptParam: string, maxTokens: number, maxParam: string): void {
+  if (maxTokens > model.maxTokensCap) throw invalid(maxParam, `must be at most ${model.maxTokensCap} for model ${model.id}`, maxTokens);
+  if (promptLen + maxTokens > model.contextLength) {
+    throw new ApiError(
+      'invalid',
+      `this model's maximum context length is ${model.contextLength} tokens; ${promptParam} has ${promptLen} tokens and ${maxParam} asks for ${maxTokens}`,
+      { param: promptLen >= model.contextLength ? promptParam : maxParam, code: 'context_length_exceeded' },
+    );
+  }
+}
+
 /** Turns the engine's token logprobs into OpenAI's items (token text, UTF-8 bytes, alternatives). */
 export function logprobItems(engine: ChatEngine, modelId: string): (ids: number[], lps: TokenLogprob[]) => LogprobItem[] {
   const dec = new TextDecoder();
@@ -77,16 +89,8 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
   const messages = chatMessages(req.messages);
   const maxParam = req.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
   const maxTokens = req.max_completion_tokens ?? req.max_tokens ?? model.maxTokensDefault;
-  if (maxTokens > model.maxTokensCap) throw invalid(maxParam, `must be at most ${model.maxTokensCap} for model ${model.id}`, maxTokens);
   const promptTokens = engine.encodeChat(model.id, messages);
-  if (promptTokens.length + maxTokens > model.contextLength) {
-    const what = promptTokens.length >= model.contextLength ? 'messages' : maxParam;
-    throw new ApiError(
-      'invalid',
-      `this model's maximum context length is ${model.contextLength} tokens; the messages take ${promptTokens.length} and ${maxParam} asks for ${maxTokens}`,
-      { param: what, code: 'context_length_exceeded' },
-    );
-  }
+  checkContext(model, promptTokens.length, 'messages', maxTokens, maxParam);
   const stop = req.stop == null ? [] : typeof req.stop === 'string' ? [req.stop] : req.stop;
   const admission = await policies.admit(ctx, model, promptTokens.length + maxTokens);
   const usage: Usage = { inputTokens: 0, outputTokens: 0 };
