@@ -99,12 +99,19 @@ export class ChargeJournal {
     this.dirty = false;
   }
 
+  private syncing = false;
+  /** The periodic sync runs on libuv's thread pool: a synchronous fdatasync stalled the event loop ~8 ms. */
   private trySync(): void {
-    try {
-      this.sync();
-    } catch (e) {
-      log.error({ err: e }, 'charge journal fsync failed');
-    }
+    if (!this.dirty || this.syncing) return;
+    this.dirty = false;
+    this.syncing = true;
+    fs.fdatasync(this.fd, (e) => {
+      this.syncing = false;
+      if (e) {
+        this.dirty = true;
+        log.error({ err: e }, 'charge journal fsync failed');
+      }
+    });
   }
 
   /**
