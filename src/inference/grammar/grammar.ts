@@ -24,44 +24,78 @@ export interface Grammar {
   root: number;
 }
 
-/** A stack: the position to match next, and what follows when its sequence ends. */
+/** A stack: the position to match next, and what follows when its sequence ends. Interned: one object per distinct stack. */
 interface Stack {
+  id: number;
   rule: number;
   alt: number;
   i: number;
   next: Stack | null;
-  key: string;
 }
-/** A parse state: the live stacks; `accepting` when some stack has matched the whole root. */
+/**
+ * A parse state: the live stacks; `accepting` when some stack has matched the whole root.
+ * Interned too, so the same state reached twice (inside a string: after every ordinary
+ * character) shares its transitions and its token mask.
+ */
 export interface State {
-  stacks: Stack[];
-  accepting: boolean;
+  readonly id: number;
+  readonly stacks: readonly Stack[];
+  readonly accepting: boolean;
+  /** Memoised transitions by code point (null: refused). */
+  readonly next: Map<number, State | null>;
 }
 
 /** Stacks in a state past this many are an ambiguity blow-up: the schema compiler keeps far below it. */
 const STACKS_MAX = 4096;
+/** Interned stacks and states kept per grammar before the tables start over (memory bound). */
+const INTERNED_MAX = 200_000;
 
 export class Matcher {
+  private readonly stackTable = new Map<string, Stack>();
+  private readonly stateTable = new Map<string, State>();
+  private start: State | undefined;
+  // Ids never repeat, not even after a reset: masks are cached by state id.
+  private nextStackId = 0;
+  private nextStateId = 0;
+
   constructor(readonly g: Grammar) {}
 
   initial(): State {
-    return this.expand([{ rule: this.g.root, alt: -1, i: 0, next: null, key: '' }].flatMap((s) => this.enter(s.rule, null)));
+    return (this.start ??= this.expand(this.enter(this.g.root, null)));
+  }
+
+  private stack(rule: number, alt: number, i: number, next: Stack | null): Stack {
+    const key = `${rule},${alt},${i},${next ? next.id : -1}`;
+    let s = this.stackTable.get(key);
+    if (!s) {
+      if (this.stackTable.size >= INTERNED_MAX) this.reset();
+      s = { id: this.nextStackId++, rule, alt, i, next };
+      this.stackTable.set(key, s);
+    }
+    return s;
+  }
+
+  /** Drops the interning tables (states already handed out stay valid, just no longer shared). */
+  private reset(): void {
+    this.stackTable.clear();
+    this.stateTable.clear();
+    this.start = undefined;
   }
 
   /** The stacks that begin each alternative of `rule`, continuing with `next`. */
   private enter(rule: number, next: Stack | null): Stack[] {
-    return this.g.rules[rule]!.map((_, alt) => ({ rule, alt, i: 0, next, key: `${rule}.${alt}.0/${next?.key ?? ''}` }));
+    return this.g.rules[rule]!.map((_, alt) => this.stack(rule, alt, 0, next));
   }
 
   /** Resolves every stack until its top is a character class (or it is empty: accepted). */
   private expand(todo: Stack[]): State {
     const out: Stack[] = [];
-    const seen = new Set<string>();
+    const seen = new Set<number>();
     let accepting = false;
     while (todo.length) {
       const s = todo.pop()!;
-      if (seen.has(s.key)) continue;
-      seen.add(s.key);
+      if (seen.has(s.id)) continue;
+      seen.add(s.id);
       const seq = this.g.rules[s.rule]![s.alt]!;
       if (s.i >= seq.length) {
         if (s.next === null) accepting = true;
@@ -73,24 +107,35 @@ export class Matcher {
         out.push(s);
         if (out.length > STACKS_MAX) throw new Error(`grammar too ambiguous: more than ${STACKS_MAX} parse stacks`);
       } else {
-        const after: Stack = { rule: s.rule, alt: s.alt, i: s.i + 1, next: s.next, key: `${s.rule}.${s.alt}.${s.i + 1}/${s.next?.key ?? ''}` };
-        todo.push(...this.enter(e.id, after));
+        todo.push(...this.enter(e.id, this.stack(s.rule, s.alt, s.i + 1, s.next)));
       }
     }
-    return { stacks: out, accepting };
+    out.sort((a, b) => a.id - b.id);
+    const key = `${accepting ? 'a' : ''}${out.map((x) => x.id).join(',')}`;
+    let st = this.stateTable.get(key);
+    if (!st) {
+      st = { id: this.nextStateId++, stacks: out, accepting, next: new Map() };
+      this.stateTable.set(key, st);
+    }
+    return st;
   }
 
   /** The state after code point `cp`, or null when no stack accepts it. */
   advance(st: State, cp: number): State | null {
+    const memo = st.next.get(cp);
+    if (memo !== undefined) return memo;
     const moved: Stack[] = [];
     for (const s of st.stacks) {
       const e = this.g.rules[s.rule]![s.alt]![s.i] as CharElem;
-      if (!classHas(e, cp)) continue;
-      moved.push({ rule: s.rule, alt: s.alt, i: s.i + 1, next: s.next, key: `${s.rule}.${s.alt}.${s.i + 1}/${s.next?.key ?? ''}` });
+      if (classHas(e, cp)) moved.push(this.stack(s.rule, s.alt, s.i + 1, s.next));
     }
-    if (!moved.length) return null;
-    const r = this.expand(moved);
-    return r.stacks.length || r.accepting ? r : null;
+    let r: State | null = null;
+    if (moved.length) {
+      const x = this.expand(moved);
+      r = x.stacks.length || x.accepting ? x : null;
+    }
+    st.next.set(cp, r);
+    return r;
   }
 
   /** The state after a whole text, or null. */
@@ -115,42 +160,61 @@ function classHas(e: CharElem, cp: number): boolean {
   return e.not ? !hit : hit;
 }
 
+interface TrieNode {
+  /** Tokens whose text ends here. */
+  ids: number[];
+  kids: Map<number, TrieNode>;
+}
+
+/** Masks kept per grammar, by state (the same states recur in every document of a schema). */
+const MASKS_CACHED_MAX = 4096;
+
 /**
- * Which tokens may come next: `allowed[t]` for each vocabulary text (null: never allowed,
- * e.g. a lone byte of a multi-byte character), and whether end of text may.
- * Tokens are grouped by their first code point so a class rejects a whole group at once.
+ * Which tokens may come next, over the vocabulary's texts (null: never allowed, e.g. a lone
+ * byte of a multi-byte character). The texts sit in a trie, so a prefix refused by the grammar
+ * refuses every token under it at once; masks are cached per parse state.
  */
 export class TokenMasker {
-  private readonly byFirst = new Map<number, number[]>();
+  private readonly root: TrieNode = { ids: [], kids: new Map() };
+  private readonly masks = new Map<number, { allowed: Uint8Array; n: number }>();
   constructor(
     readonly matcher: Matcher,
-    private readonly texts: ReadonlyArray<string | null>,
+    texts: ReadonlyArray<string | null>,
   ) {
     texts.forEach((t, id) => {
       if (!t) return;
-      const cp = t.codePointAt(0)!;
-      const list = this.byFirst.get(cp);
-      if (list) list.push(id);
-      else this.byFirst.set(cp, [id]);
+      let node = this.root;
+      for (const c of t) {
+        const cp = c.codePointAt(0)!;
+        let k = node.kids.get(cp);
+        if (!k) node.kids.set(cp, (k = { ids: [], kids: new Map() }));
+        node = k;
+      }
+      node.ids.push(id);
     });
   }
 
   /** Fills `allowed` (1 allowed, 0 not); returns how many tokens are allowed. */
   mask(st: State, allowed: Uint8Array): number {
+    const hit = this.masks.get(st.id);
+    if (hit && hit.allowed.length === allowed.length) {
+      allowed.set(hit.allowed);
+      return hit.n;
+    }
     allowed.fill(0);
     let n = 0;
-    for (const [cp, ids] of this.byFirst) {
-      const after = this.matcher.advance(st, cp);
-      if (!after) continue;
-      for (const id of ids) {
-        const t = this.texts[id]!;
-        const first = String.fromCodePoint(cp).length;
-        if (t.length === first || this.matcher.advanceText(after, t.slice(first))) {
-          allowed[id] = 1;
-          n++;
-        }
+    const walk = (node: TrieNode, s: State) => {
+      for (const [cp, kid] of node.kids) {
+        const next = this.matcher.advance(s, cp);
+        if (!next) continue;
+        for (const id of kid.ids) allowed[id] = 1;
+        n += kid.ids.length;
+        walk(kid, next);
       }
-    }
+    };
+    walk(this.root, st);
+    if (this.masks.size >= MASKS_CACHED_MAX) this.masks.clear();
+    this.masks.set(st.id, { allowed: allowed.slice(), n });
     return n;
   }
 }
