@@ -7,6 +7,12 @@ import type { ChatMessage, GenerateEvent, ServedModel } from './engine-api.js';
 import type { Policies, Usage } from './policy-api.js';
 import { ChatCompletionRequest, type ChatCompletion, type ChatCompletionChunk, type FinishReason } from './protocol.js';
 import { SseStream } from './sse.js';
+import { noteError } from '../http/respond.js';
+
+/** Time to first token, from the request's arrival, for the access log. */
+function noteFirstToken(ctx: Ctx): void {
+  ctx.note({ ttftMs: Math.round((performance.now() - ctx.startedAt) * 10) / 10 });
+}
 
 /** What chat serving needs from the engine. */
 export interface ChatEngine {
@@ -29,6 +35,7 @@ export function resolveModel(engine: { model(id: string): ServedModel | undefine
 export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies): Promise<Reply | undefined> {
   const req = parse(ChatCompletionRequest, await ctx.json());
   const model = resolveModel(engine, req.model, 'chat');
+  ctx.note({ model: model.id, stream: req.stream === true });
   const messages: ChatMessage[] = req.messages.map((m) => ({
     role: m.role === 'developer' ? 'system' : m.role,
     content: m.content === null ? '' : typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join(''),
@@ -59,7 +66,10 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
       stop,
       signal: ctx.signal,
       // The engine reports what was really run, cancelled requests included: that is what is billed.
-      onEnd: (u) => admission.settle({ inputTokens: u.promptTokens, outputTokens: u.completionTokens }),
+      onEnd: (u) => {
+        ctx.note({ promptTokens: u.promptTokens, completionTokens: u.completionTokens });
+        admission.settle({ inputTokens: u.promptTokens, outputTokens: u.completionTokens });
+      },
     });
   } catch (e) {
     admission.settle({ inputTokens: 0, outputTokens: 0 });
@@ -68,6 +78,7 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
   const id = `chatcmpl-${randomUUID().replace(/-/g, '')}`;
   const created = Math.floor(Date.now() / 1000);
   const headers = { ...admission.headers, 'x-inference-id': id };
+  ctx.note({ inferenceId: id });
   try {
     if (req.stream) {
       await streamChat(ctx, events, { id, created, model: model.id, includeUsage: req.stream_options?.include_usage === true }, headers, usage);
@@ -76,8 +87,11 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
     let text = '';
     let finish: FinishReason = 'stop';
     for await (const ev of events) {
-      if (ev.type === 'delta') text += ev.text;
-      else {
+      if (ev.type === 'delta') {
+        if (!text && ev.text) noteFirstToken(ctx);
+        text += ev.text;
+      } else {
+        ctx.note({ finishReason: ev.finishReason });
         usage.inputTokens = ev.promptTokens;
         usage.outputTokens = ev.completionTokens;
         if (ev.finishReason === 'cancelled') throw new ApiError('timeout', 'generation was cancelled before it finished');
@@ -120,13 +134,19 @@ async function streamChat(
   if (!sse.start(headers)) return events.return(undefined).then(() => undefined);
   try {
     if (!(await sse.send(chunk({ role: 'assistant', content: '' }, null)))) return;
+    let first = true;
     for await (const ev of events) {
       if (ev.type === 'delta') {
+        if (first && ev.text) {
+          first = false;
+          noteFirstToken(ctx);
+        }
         if (ev.text && !(await sse.send(chunk({ content: ev.text }, null)))) return; // client gone: finally cancels
         continue;
       }
       usage.inputTokens = ev.promptTokens;
       usage.outputTokens = ev.completionTokens;
+      ctx.note({ finishReason: ev.finishReason });
       if (ev.finishReason === 'cancelled') return;
       await sse.send(chunk({}, ev.finishReason));
       if (meta.includeUsage) {
@@ -141,6 +161,7 @@ async function streamChat(
   } catch (e) {
     // The status line is gone already: report the error in-band, as OpenAI does, and end.
     const err = e instanceof ApiError ? e : new ApiError('internal', 'internal error during generation');
+    noteError(ctx, err);
     await sse.send({ error: { message: err.message, type: 'server_error', code: err.code ?? null } });
     ctx.endStream();
     if (!(e instanceof ApiError)) throw e;
