@@ -39,6 +39,8 @@ export class Ctx {
   readonly startedAt = performance.now();
   params: Record<string, string> = {};
   principal!: Principal;
+  /** Headers every answer to this request carries (CORS), set before routing. */
+  extraHeaders: Record<string, string> | undefined;
   route = 'unmatched';
   status = 0;
   /**
@@ -135,6 +137,7 @@ export class Ctx {
     this.res.writeStatus(statusLine(status));
     this.res.writeHeader('content-type', contentType);
     this.res.writeHeader('x-request-id', this.requestId);
+    if (this.extraHeaders) for (const k in this.extraHeaders) this.res.writeHeader(k, this.extraHeaders[k]!);
     if (headers) for (const k in headers) this.res.writeHeader(k, headers[k]!);
   }
 

@@ -5,6 +5,7 @@ import { counter, histogram } from '../metrics.js';
 import type { Authenticator } from '../auth/authenticator.js';
 import { can } from '../auth/principal.js';
 import { Ctx, Query } from './context.js';
+import { corsHeaders, preflightHeaders, type CorsOrigins } from './cors.js';
 import { sendError, sendReply } from './respond.js';
 import type { Match, Method, Router } from './router.js';
 import { loadUws, type HttpResponse, type HttpRequest, type us_listen_socket } from './uws.js';
@@ -48,6 +49,10 @@ export interface ServerOptions {
   auth: Authenticator;
   bodyBytesMax: number;
   timeoutMs: number;
+  /** Browser origins allowed (CORS_ORIGINS); an empty set answers no preflight. */
+  cors?: CorsOrigins;
+  /** Appended to a 404's message: where this address's API lives. */
+  notFoundHint?: string;
 }
 
 /** One listening address: routes, limits, auth, logging, metrics, graceful close. */
@@ -112,6 +117,18 @@ export class HttpServer {
     const requestId = given && REQUEST_ID_RE.test(given) ? given : randomUUID();
     const ctx = new Ctx(res, method, path, new Query(req.getQuery() ?? ''), headers, requestId, this.opts.family);
     res.onAborted(() => ctx.markAborted());
+    const cors = this.opts.cors;
+    if (cors && (cors === '*' || cors.size > 0)) {
+      const origin = headers.origin;
+      if (method === 'OPTIONS' && headers['access-control-request-method']) {
+        const pre = preflightHeaders(cors, origin, headers['access-control-request-headers']);
+        if (pre) {
+          ctx.send(204, '', 'text/plain', pre);
+          return;
+        }
+      }
+      ctx.extraHeaders = corsHeaders(cors, origin);
+    }
     const { match, allowed } = this.opts.router.match(method, path);
     if (match) {
       ctx.route = match.route.path;
@@ -170,7 +187,7 @@ export class HttpServer {
             headers: { allow: allowed.join(', ') },
           });
         }
-        throw new ApiError('not_found', `no route for ${ctx.method} ${ctx.path}`);
+        throw new ApiError('not_found', `no route for ${ctx.method} ${ctx.path}${this.opts.notFoundHint ?? ''}`);
       }
       const route = match.route;
       const timeoutMs = route.timeoutMs === undefined ? this.opts.timeoutMs : route.timeoutMs;

@@ -3,21 +3,23 @@ import { ApiError, invalid } from '../errors.js';
 import type { Ctx } from '../http/context.js';
 import type { Reply } from '../http/router.js';
 import { parse } from '../http/validate.js';
-import type { ChatMessage, GenerateEvent, ServedModel } from './engine-api.js';
+import type { ChatMessage, Cuts, GenerateEvent, LogitAdjust, ServedModel, TokenLogprob } from './engine-api.js';
 import type { Policies, Usage } from './policy-api.js';
-import { ChatCompletionRequest, type ChatCompletion, type ChatCompletionChunk, type FinishReason } from './protocol.js';
+import { ChatCompletionRequest, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type LogprobItem } from './protocol.js';
 import { SseStream } from './sse.js';
 import { noteError } from '../http/respond.js';
 
-/** Time to first token, from the request's arrival, for the access log. */
-function noteFirstToken(ctx: Ctx): void {
+/** Time to first token (request arrival to the first token made), for the access log; answers false (not first any more). */
+function noteFirstToken(ctx: Ctx): false {
   ctx.note({ ttftMs: Math.round((performance.now() - ctx.startedAt) * 10) / 10 });
+  return false;
 }
 
 /** What chat serving needs from the engine. */
 export interface ChatEngine {
   model(id: string): ServedModel | undefined;
   encodeChat(modelId: string, messages: ChatMessage[]): number[];
+  tokenBytes(modelId: string, id: number): Uint8Array;
   generate(modelId: string, req: import('./engine-api.js').GenerateRequest): AsyncGenerator<GenerateEvent>;
 }
 
@@ -32,26 +34,71 @@ export function resolveModel(engine: { model(id: string): ServedModel | undefine
   return m;
 }
 
+/** The cap on the completion and the context length (prompt + completion), each a 400 naming its field. */
+export function checkContext(model: ServedModel, promptLen: number, promptParam: string, maxTokens: number, maxParam: string): void {
+  if (maxTokens > model.maxTokensCap) throw invalid(maxParam, `must be at most ${model.maxTokensCap} for model ${model.id}`, maxTokens);
+  if (promptLen + maxTokens > model.contextLength) {
+    throw new ApiError(
+      'invalid',
+      `this model's maximum context length is ${model.contextLength} tokens; ${promptParam} has ${promptLen} tokens and ${maxParam} asks for ${maxTokens}`,
+      { param: promptLen >= model.contextLength ? promptParam : maxParam, code: 'context_length_exceeded' },
+    );
+  }
+}
+
+/** Turns the engine's token logprobs into OpenAI's items (token text, UTF-8 bytes, alternatives). */
+export function logprobItems(engine: ChatEngine, modelId: string): (ids: number[], lps: TokenLogprob[]) => LogprobItem[] {
+  const dec = new TextDecoder();
+  const piece = (id: number) => {
+    const bytes = engine.tokenBytes(modelId, id);
+    return { token: dec.decode(bytes), bytes: [...bytes] };
+  };
+  return (ids, lps) =>
+    lps.map((lp, i) => ({
+      ...piece(ids[i]!),
+      logprob: lp.logprob,
+      top_logprobs: lp.top.map(([id, logprob]) => ({ ...piece(id), logprob })),
+    }));
+}
+
+/** Messages as the chat template takes them: `developer` is `system`, text parts joined. */
+export function chatMessages(ms: ChatCompletionRequest['messages']): ChatMessage[] {
+  return ms.map((m) => ({
+    role: m.role === 'developer' ? 'system' : m.role,
+    content: m.content === null ? '' : typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join(''),
+  }));
+}
+
+/** top_k / min_p and logit_bias / penalties as the engine takes them; absent when they change nothing. */
+export function samplingOf(
+  req: { top_k?: number | null; min_p?: number | null; logit_bias?: Record<string, number> | null; presence_penalty?: number | null; frequency_penalty?: number | null },
+  model: ServedModel,
+): { cuts?: Cuts; adjust?: LogitAdjust } {
+  const bias: Array<[number, number]> = [];
+  for (const [k, v] of Object.entries(req.logit_bias ?? {})) {
+    const id = Number(k);
+    if (id >= model.vocabSize) throw invalid(`logit_bias.${k}`, `must be a token id below ${model.vocabSize}, the vocabulary size of ${model.id}`, k);
+    if (v !== 0) bias.push([id, v]);
+  }
+  const presence = req.presence_penalty ?? 0;
+  const frequency = req.frequency_penalty ?? 0;
+  const topK = req.top_k != null && req.top_k > 0 ? req.top_k : 0;
+  const minP = req.min_p ?? 0;
+  return {
+    ...(topK > 0 || minP > 0 ? { cuts: { topK, minP } } : {}),
+    ...(bias.length > 0 || presence !== 0 || frequency !== 0 ? { adjust: { bias, presence, frequency } } : {}),
+  };
+}
+
 export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies): Promise<Reply | undefined> {
   const req = parse(ChatCompletionRequest, await ctx.json());
   const model = resolveModel(engine, req.model, 'chat');
   ctx.note({ model: model.id, stream: req.stream === true });
-  const messages: ChatMessage[] = req.messages.map((m) => ({
-    role: m.role === 'developer' ? 'system' : m.role,
-    content: m.content === null ? '' : typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join(''),
-  }));
+  const messages = chatMessages(req.messages);
   const maxParam = req.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
   const maxTokens = req.max_completion_tokens ?? req.max_tokens ?? model.maxTokensDefault;
-  if (maxTokens > model.maxTokensCap) throw invalid(maxParam, `must be at most ${model.maxTokensCap} for model ${model.id}`, maxTokens);
   const promptTokens = engine.encodeChat(model.id, messages);
-  if (promptTokens.length + maxTokens > model.contextLength) {
-    const what = promptTokens.length >= model.contextLength ? 'messages' : maxParam;
-    throw new ApiError(
-      'invalid',
-      `this model's maximum context length is ${model.contextLength} tokens; the messages take ${promptTokens.length} and ${maxParam} asks for ${maxTokens}`,
-      { param: what, code: 'context_length_exceeded' },
-    );
-  }
+  checkContext(model, promptTokens.length, 'messages', maxTokens, maxParam);
   const stop = req.stop == null ? [] : typeof req.stop === 'string' ? [req.stop] : req.stop;
   const admission = await policies.admit(ctx, model, promptTokens.length + maxTokens);
   const usage: Usage = { inputTokens: 0, outputTokens: 0 };
@@ -63,6 +110,8 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
       temperature: req.temperature ?? 1,
       topP: req.top_p ?? 1,
       seed: req.seed ?? undefined,
+      ...samplingOf(req, model),
+      ...(req.logprobs ? { topLogprobs: req.top_logprobs ?? 0 } : {}),
       stop,
       signal: ctx.signal,
       // The engine reports what was really run, cancelled requests included: that is what is billed.
@@ -81,16 +130,22 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
   ctx.note({ inferenceId: id });
   try {
     if (req.stream) {
-      await streamChat(ctx, events, { id, created, model: model.id, includeUsage: req.stream_options?.include_usage === true }, headers, usage);
+      const meta = { id, created, model: model.id, includeUsage: req.stream_options?.include_usage === true, logprobs: req.logprobs ? logprobItems(engine, model.id) : undefined };
+      await streamChat(ctx, events, meta, headers, usage);
       return undefined;
     }
     let text = '';
     let finish: FinishReason = 'stop';
+    const items: LogprobItem[] = [];
+    const toItem = logprobItems(engine, model.id);
+    let first = true;
     for await (const ev of events) {
       if (ev.type === 'delta') {
-        if (!text && ev.text) noteFirstToken(ctx);
+        if (first && ev.tokenIds.length) first = noteFirstToken(ctx);
         text += ev.text;
-      } else {
+        if (ev.logprobs) items.push(...toItem(ev.tokenIds, ev.logprobs));
+      }
+      else {
         ctx.note({ finishReason: ev.finishReason });
         usage.inputTokens = ev.promptTokens;
         usage.outputTokens = ev.completionTokens;
@@ -104,7 +159,7 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
       created,
       model: model.id,
       system_fingerprint: null,
-      choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: finish, logprobs: null }],
+      choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: finish, logprobs: req.logprobs ? { content: items, refusal: null } : null }],
       usage: { prompt_tokens: usage.inputTokens, completion_tokens: usage.outputTokens, total_tokens: usage.inputTokens + usage.outputTokens },
     };
     return { body, headers };
@@ -116,18 +171,18 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
 async function streamChat(
   ctx: Ctx,
   events: AsyncGenerator<GenerateEvent>,
-  meta: { id: string; created: number; model: string; includeUsage: boolean },
+  meta: { id: string; created: number; model: string; includeUsage: boolean; logprobs: ReturnType<typeof logprobItems> | undefined },
   headers: Record<string, string>,
   usage: Usage,
 ): Promise<void> {
   const sse = new SseStream(ctx);
-  const chunk = (delta: ChatCompletionChunk['choices'][0]['delta'], finish: FinishReason | null): ChatCompletionChunk => ({
+  const chunk = (delta: ChatCompletionChunk['choices'][0]['delta'], finish: FinishReason | null, logprobs: ChoiceLogprobs = null): ChatCompletionChunk => ({
     id: meta.id,
     object: 'chat.completion.chunk',
     created: meta.created,
     model: meta.model,
     system_fingerprint: null,
-    choices: [{ index: 0, delta, finish_reason: finish, logprobs: null }],
+    choices: [{ index: 0, delta, finish_reason: finish, logprobs }],
     ...(meta.includeUsage ? { usage: null } : {}),
   });
   // Headers (rate limits included) go out before the first token.
@@ -137,11 +192,10 @@ async function streamChat(
     let first = true;
     for await (const ev of events) {
       if (ev.type === 'delta') {
-        if (first && ev.text) {
-          first = false;
-          noteFirstToken(ctx);
-        }
-        if (ev.text && !(await sse.send(chunk({ content: ev.text }, null)))) return; // client gone: finally cancels
+        if (first && ev.tokenIds.length) first = noteFirstToken(ctx);
+        // A token whose text is held back (a possible stop string) still reports its logprob, with empty content.
+        const lp = meta.logprobs && ev.logprobs ? { content: meta.logprobs(ev.tokenIds, ev.logprobs), refusal: null } : null;
+        if ((ev.text || lp) && !(await sse.send(chunk({ content: ev.text }, null, lp)))) return; // client gone: finally cancels
         continue;
       }
       usage.inputTokens = ev.promptTokens;

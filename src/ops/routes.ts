@@ -1,6 +1,16 @@
 import type { Route } from '../http/router.js';
 import { ApiError } from '../errors.js';
+import fs from 'node:fs';
 import { registry } from '../metrics.js';
+
+// The daemon's version, from its package.json (dist/src/ops -> the repository root), read once.
+const VERSION: string = (() => {
+  try {
+    return JSON.parse(fs.readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')).version ?? 'unknown';
+  } catch {
+    return 'unknown';
+  }
+})();
 
 /** A named readiness check: resolves when that part can serve, throws with a reason when not. */
 export type ReadyCheck = { name: string; check: () => Promise<void> };
@@ -9,6 +19,9 @@ export function opsRoutes(checks: ReadyCheck[], isShuttingDown: () => boolean): 
   const base = { method: 'GET' as const, family: 'platform' as const, auth: 'public' };
   return [
     { ...base, path: '/healthz', handler: () => ({ body: { status: 'ok' } }) },
+    // vLLM's and llama.cpp's liveness path, for tools that probe it.
+    { ...base, path: '/health', handler: () => ({ body: { status: 'ok' } }) },
+    { ...base, path: '/version', handler: () => ({ body: { version: VERSION } }) },
     {
       ...base,
       path: '/readyz',

@@ -1,6 +1,6 @@
 import { ApiError } from '../../errors.js';
 import { log } from '../../log.js';
-import type { BranchSpec, GenerateEvent, GenerateRequest } from '../engine-api.js';
+import type { BranchSpec, GenerateEvent, GenerateRequest, TokenLogprob } from '../engine-api.js';
 import { engineMetrics as M } from './metrics.js';
 import type { EngineOptions } from './options.js';
 import type { SamplerSpec } from './protocol.js';
@@ -115,12 +115,12 @@ export class Scheduler {
     M.batchSize.observe({ model: this.modelId, phase: 'prefill' }, 1);
     this.runner
       .join([{ seq: seq.id, tokens: seq.pending.slice(), sampler: this.samplerFor(seq, n) }])
-      .then(({ tokens }) => {
+      .then(({ tokens, logprobs }) => {
         seq.joining = false;
         seq.pending.splice(0, n);
         if (!seq.cancelled) {
           M.promptTokens.inc({ model: this.modelId }, n);
-          this.accept(seq, tokens[0]!);
+          this.accept(seq, tokens[0]!, logprobs?.[0]);
         }
         if (!this.running) this.kick();
       })
@@ -358,7 +358,7 @@ export class Scheduler {
       width = w;
     }
     M.batchSize.observe({ model: this.modelId, phase: 'prefill' }, rows.length);
-    const { logits, tokens } = await this.runner.step(rows.map((r) => ({ seq: r.seq.id, tokens: r.seq.pending.slice(0, r.n), sampler: this.samplerFor(r.seq, r.n) })));
+    const { logits, tokens, logprobs } = await this.runner.step(rows.map((r) => ({ seq: r.seq.id, tokens: r.seq.pending.slice(0, r.n), sampler: this.samplerFor(r.seq, r.n) })));
     for (let b = 0; b < rows.length; b++) {
       const { seq, n } = rows[b]!;
       seq.pending.splice(0, n);
@@ -366,7 +366,7 @@ export class Scheduler {
       if (!seq.cancelled) M.promptTokens.inc({ model: this.modelId }, n);
       if (seq.pending.length > 0 || seq.cancelled) continue;
       if (seq.gen) {
-        this.accept(seq, tokens[b]!);
+        this.accept(seq, tokens[b]!, logprobs?.[b]);
       } else if (seq.branch) {
         const { job, index } = seq.branch;
         job.logprobs[index] = logSoftmax(logits, b * this.vocab, this.vocab);
@@ -385,7 +385,16 @@ export class Scheduler {
   private samplerFor(s: Seq, n: number): SamplerSpec | undefined {
     const g = s.gen;
     if (!g || n < s.pending.length) return undefined;
-    return { temperature: g.req.temperature, topP: g.req.topP, seed: g.seed, budget: g.req.maxTokens, eos: [...this.text.eosIds] };
+    return {
+      temperature: g.req.temperature,
+      topP: g.req.topP,
+      seed: g.seed,
+      budget: g.req.maxTokens,
+      eos: [...this.text.eosIds],
+      cuts: g.req.cuts,
+      adjust: g.req.adjust,
+      topLogprobs: g.req.topLogprobs,
+    };
   }
 
   /** Starts the given branches from `from`'s KV cache (shared, not copied). */
@@ -425,7 +434,7 @@ export class Scheduler {
         byId.set(s.id, s);
       });
     try {
-      const run = this.runner.decode(rows.map((s) => s.id), this.opts.decodeRunStepsMax, (seqs, tokens) => {
+      const run = this.runner.decode(rows.map((s) => s.id), this.opts.decodeRunStepsMax, (seqs, tokens, logprobs) => {
         steps++;
         M.batchSize.observe({ model: this.modelId, phase: 'decode' }, seqs.length);
         const drop: number[] = [];
@@ -435,7 +444,7 @@ export class Scheduler {
           const g = s.gen!;
           if (!s.cancelled && !g.finished) {
             s.pending = [];
-            this.accept(s, tokens[b]!);
+            this.accept(s, tokens[b]!, logprobs?.[b]);
           }
           // Ended here while the worker would go on: free it there (the token it may still make is never counted).
           if ((s.cancelled || g.finished) && !this.endedInWorker(s, tokens[b]!)) {
@@ -465,7 +474,7 @@ export class Scheduler {
    * Counts a token sampled by the worker and delivers it. The sequence goes
    * on with it unless it ends the sequence by itself (end of text, max_tokens).
    */
-  private accept(s: Seq, tok: number): void {
+  private accept(s: Seq, tok: number, lp?: TokenLogprob | null): void {
     const g = s.gen!;
     const now = performance.now();
     if (g.produced === 0) M.ttft.observe({ model: this.modelId }, (now - g.enqueuedAt) / 1000);
@@ -474,18 +483,19 @@ export class Scheduler {
     g.produced++;
     M.generatedTokens.inc({ model: this.modelId });
     if (!this.text.eosIds.has(tok) && g.produced < g.req.maxTokens) s.pending = [tok];
-    this.deliver(s, tok);
+    this.deliver(s, tok, lp ?? undefined);
   }
 
-  private deliver(s: Seq, tok: number): void {
+  private deliver(s: Seq, tok: number, lp: TokenLogprob | undefined): void {
     const g = s.gen!;
     if (g.finished) return;
     let finish: 'stop' | 'length' | undefined;
     if (this.text.eosIds.has(tok)) finish = 'stop';
     else {
       const { out, stopped } = g.stop.push(g.detok.push(tok));
-      if (out) g.queue.push({ type: 'delta', text: out, tokenIds: [tok] });
-      else if (!stopped) g.queue.push({ type: 'delta', text: '', tokenIds: [tok] });
+      const logprobs = lp ? { logprobs: [lp] } : {};
+      if (out) g.queue.push({ type: 'delta', text: out, tokenIds: [tok], ...logprobs });
+      else if (!stopped) g.queue.push({ type: 'delta', text: '', tokenIds: [tok], ...logprobs });
       if (stopped) finish = 'stop';
       else if (g.produced >= g.req.maxTokens) finish = 'length';
     }
