@@ -14,6 +14,8 @@ const OUT_MICRO = 200_000;
 const NUM_PER_UNIT = 100_000_000;
 const FUNDS = 100_000;
 const NO_FLUSH = { CHARGE_FLUSH_INTERVAL_MS: '600000' };
+// Each test starts two or three daemons (each with its embedded PostgreSQL) one after another.
+const FAULT_TEST_MS = 120_000;
 
 const started: Started[] = [];
 afterEach(async () => {
@@ -48,7 +50,7 @@ describe('charge journal', () => {
   it('loses no charge to a kill -9: the next start posts the journal, exactly once', async () => {
     const d = await startDaemon(NO_FLUSH);
     started.push(d);
-    const { key, numer } = await spend(d, 30);
+    const { key, numer } = await spend(d, 20);
     expect(numer).toBeGreaterThan(2 * NUM_PER_UNIT);
     d.proc.kill('SIGKILL');
     await d.exited;
@@ -61,7 +63,7 @@ describe('charge journal', () => {
     started.push(third);
     expect(await charged(third, key)).toBe(Math.round(numer / NUM_PER_UNIT));
     expect(fs.readdirSync(path.join(d.dataDir, 'journal')).filter((f) => f.endsWith('.journal'))).toHaveLength(1);
-  });
+  }, FAULT_TEST_MS);
 
   it('posts exactly the total when live flushes posted part of it before the kill -9', async () => {
     const env = { CHARGE_FLUSH_INTERVAL_MS: '100' };
@@ -76,7 +78,7 @@ describe('charge journal', () => {
     const again = await startDaemon({ ...env, ADMIN_API_KEY: d.adminKey }, d.dataDir);
     started.push(again);
     expect(await charged(again, first.key)).toBe(Math.round(first.numer / NUM_PER_UNIT));
-  });
+  }, FAULT_TEST_MS);
 
   it('keeps the charges of a stop with the database dead, within the grace, and posts them at the next start', async () => {
     const d = await startDaemon({ ...NO_FLUSH, SHUTDOWN_GRACE_MS: '2000' });
@@ -96,5 +98,5 @@ describe('charge journal', () => {
     const again = await startDaemon({ ...NO_FLUSH, ADMIN_API_KEY: d.adminKey }, d.dataDir);
     started.push(again);
     expect(await charged(again, key)).toBe(Math.round(numer / NUM_PER_UNIT));
-  });
+  }, FAULT_TEST_MS);
 });
