@@ -43,6 +43,12 @@ export class Ctx {
   extraHeaders: Record<string, string> | undefined;
   route = 'unmatched';
   status = 0;
+  /**
+   * Fields a handler adds to this request's access-log line (model, tokens,
+   * finish reason, inference id, error code...): see `note`. Only values the
+   * server picks, never headers, bodies or secrets.
+   */
+  readonly logFields: Record<string, string | number | boolean | null> = {};
   responded = false;
   aborted = false;
   private readonly abortController = new AbortController();
@@ -66,6 +72,14 @@ export class Ctx {
 
   get signal(): AbortSignal {
     return this.abortController.signal;
+  }
+
+  /** Adds fields to this request's access-log line (later values replace earlier ones). */
+  note(fields: Record<string, string | number | boolean | null | undefined>): void {
+    for (const k in fields) {
+      const v = fields[k];
+      if (v !== undefined) this.logFields[k] = v;
+    }
   }
 
   header(name: string): string | undefined {

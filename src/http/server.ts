@@ -250,8 +250,21 @@ export class HttpServer {
     }
     m.requests.inc();
     m.duration.observe(seconds);
+    const p = ctx.principal;
     accessLog.info(
-      { reqId: ctx.requestId, server, method: ctx.method, route: ctx.route, status, ms: Math.round(seconds * 1e4) / 10, user: ctx.principal?.userId },
+      {
+        reqId: ctx.requestId,
+        server,
+        method: ctx.method,
+        route: ctx.route,
+        status,
+        ms: Math.round(seconds * 1e4) / 10,
+        user: p?.userId,
+        key: p?.keyId,
+        // A path no route matched is what an operator needs to see (a client's typo, a missing /v1 alias).
+        path: ctx.route === 'unmatched' ? ctx.path : undefined,
+        ...ctx.logFields,
+      },
       'request',
     );
     if (--this.inflight === 0) {

@@ -8,6 +8,13 @@ import type { Policies, Usage } from './policy-api.js';
 import { ChatCompletionRequest, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type LogprobItem } from './protocol.js';
 import { SseStream } from './sse.js';
 import { responseGrammar } from './structured.js';
+import { noteError } from '../http/respond.js';
+
+/** Time to first token (request arrival to the first token made), for the access log; answers false (not first any more). */
+function noteFirstToken(ctx: Ctx): false {
+  ctx.note({ ttftMs: Math.round((performance.now() - ctx.startedAt) * 10) / 10 });
+  return false;
+}
 
 /** What chat serving needs from the engine. */
 export interface ChatEngine {
@@ -87,6 +94,7 @@ export function samplingOf(
 export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies): Promise<Reply | undefined> {
   const req = parse(ChatCompletionRequest, await ctx.json());
   const model = resolveModel(engine, req.model, 'chat');
+  ctx.note({ model: model.id, stream: req.stream === true });
   const messages = chatMessages(req.messages);
   const maxParam = req.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
   const maxTokens = req.max_completion_tokens ?? req.max_tokens ?? model.maxTokensDefault;
@@ -110,7 +118,10 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
       stop,
       signal: ctx.signal,
       // The engine reports what was really run, cancelled requests included: that is what is billed.
-      onEnd: (u) => admission.settle({ inputTokens: u.promptTokens, outputTokens: u.completionTokens }),
+      onEnd: (u) => {
+        ctx.note({ promptTokens: u.promptTokens, completionTokens: u.completionTokens });
+        admission.settle({ inputTokens: u.promptTokens, outputTokens: u.completionTokens });
+      },
     });
   } catch (e) {
     admission.settle({ inputTokens: 0, outputTokens: 0 });
@@ -119,6 +130,7 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
   const id = `chatcmpl-${randomUUID().replace(/-/g, '')}`;
   const created = Math.floor(Date.now() / 1000);
   const headers = { ...admission.headers, 'x-inference-id': id };
+  ctx.note({ inferenceId: id });
   try {
     if (req.stream) {
       const meta = { id, created, model: model.id, includeUsage: req.stream_options?.include_usage === true, logprobs: req.logprobs ? logprobItems(engine, model.id) : undefined };
@@ -129,12 +141,15 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
     let finish: FinishReason = 'stop';
     const items: LogprobItem[] = [];
     const toItem = logprobItems(engine, model.id);
+    let first = true;
     for await (const ev of events) {
       if (ev.type === 'delta') {
+        if (first && ev.tokenIds.length) first = noteFirstToken(ctx);
         text += ev.text;
         if (ev.logprobs) items.push(...toItem(ev.tokenIds, ev.logprobs));
       }
       else {
+        ctx.note({ finishReason: ev.finishReason });
         usage.inputTokens = ev.promptTokens;
         usage.outputTokens = ev.completionTokens;
         if (ev.finishReason === 'cancelled') throw new ApiError('timeout', 'generation was cancelled before it finished');
@@ -177,8 +192,10 @@ async function streamChat(
   if (!sse.start(headers)) return events.return(undefined).then(() => undefined);
   try {
     if (!(await sse.send(chunk({ role: 'assistant', content: '' }, null)))) return;
+    let first = true;
     for await (const ev of events) {
       if (ev.type === 'delta') {
+        if (first && ev.tokenIds.length) first = noteFirstToken(ctx);
         // A token whose text is held back (a possible stop string) still reports its logprob, with empty content.
         const lp = meta.logprobs && ev.logprobs ? { content: meta.logprobs(ev.tokenIds, ev.logprobs), refusal: null } : null;
         if ((ev.text || lp) && !(await sse.send(chunk({ content: ev.text }, null, lp)))) return; // client gone: finally cancels
@@ -186,6 +203,7 @@ async function streamChat(
       }
       usage.inputTokens = ev.promptTokens;
       usage.outputTokens = ev.completionTokens;
+      ctx.note({ finishReason: ev.finishReason });
       if (ev.finishReason === 'cancelled') return;
       await sse.send(chunk({}, ev.finishReason));
       if (meta.includeUsage) {
@@ -200,6 +218,7 @@ async function streamChat(
   } catch (e) {
     // The status line is gone already: report the error in-band, as OpenAI does, and end.
     const err = e instanceof ApiError ? e : new ApiError('internal', 'internal error during generation');
+    noteError(ctx, err);
     await sse.send({ error: { message: err.message, type: 'server_error', code: err.code ?? null } });
     ctx.endStream();
     if (!(e instanceof ApiError)) throw e;
