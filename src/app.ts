@@ -70,9 +70,9 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
 
   const platform = new Router();
   const inference = new Router();
-  const ops = opsRoutes(services.ready, () => shuttingDown);
-  platform.addAll(ops);
-  inference.addAll(ops.map((r) => ({ ...r, family: 'inference' as const })));
+  // Each port serves its own metrics registry (src/metrics.ts): no series on both.
+  platform.addAll(opsRoutes(services.ready, () => shuttingDown, 'platform'));
+  inference.addAll(opsRoutes(services.ready, () => shuttingDown, 'inference').map((r) => ({ ...r, family: 'inference' as const })));
   platform.addAll(issuanceRoutes(sql, services.auth));
   for (const m of modules) {
     const r = await m.init(services);

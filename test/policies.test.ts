@@ -111,7 +111,7 @@ describe('quota and team billing', () => {
     expect(yes.status).toBe(200);
     // Tokens are attributed to the team (the ledger arithmetic itself is checked in charging.test.ts,
     // with prices high enough to move whole units).
-    const m = await call('platform', 'GET', '/metrics');
+    const m = await call('inference', 'GET', '/metrics');
     const line = (m.body as string).split('\n').find((l) => l.startsWith('inference_team_tokens_total{') && l.includes(`team="${team.id}"`) && l.includes('direction="input"'));
     expect(Number(line?.split(' ').pop())).toBe(yes.body.usage.prompt_tokens);
   });

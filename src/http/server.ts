@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { ApiError, type ApiFamily } from '../errors.js';
 import { accessLog, log } from '../log.js';
-import { counter, histogram } from '../metrics.js';
+import { counter, histogram, REQUEST_SECONDS_BUCKETS, type MetricsPort } from '../metrics.js';
 import type { Authenticator } from '../auth/authenticator.js';
 import { can } from '../auth/principal.js';
 import { Ctx, Query } from './context.js';
@@ -10,17 +10,25 @@ import { sendError, sendReply } from './respond.js';
 import type { Match, Method, Router } from './router.js';
 import { loadUws, type HttpResponse, type HttpRequest, type us_listen_socket } from './uws.js';
 
-const requests = counter({
-  name: 'http_requests_total',
-  help: 'HTTP requests answered, by route pattern, method and status',
-  labelNames: ['server', 'route', 'method', 'status'],
-});
-const duration = histogram({
-  name: 'http_request_duration_seconds',
-  help: 'Time from request to the end of its response, by route pattern',
-  labelNames: ['server', 'route', 'method'],
-  buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
-});
+/** The HTTP metrics of one port, in that port's registry (src/metrics.ts: no series on both ports). */
+function httpMetrics(port: MetricsPort) {
+  return {
+    requests: counter(
+      { name: 'http_requests_total', help: 'HTTP requests answered, by route pattern, method and status', labelNames: ['server', 'route', 'method', 'status'] },
+      port,
+    ),
+    duration: histogram(
+      {
+        name: 'http_request_duration_seconds',
+        help: 'Time from request to the end of its response (a stream: its whole length), by route pattern',
+        labelNames: ['server', 'route', 'method'],
+        // Sub-millisecond reads up to streams of many minutes.
+        buckets: [0.0005, 0.001, 0.0025, ...REQUEST_SECONDS_BUCKETS],
+      },
+      port,
+    ),
+  };
+}
 
 // Routes x methods x statuses actually seen is a few hundred; the bound only
 // stops odd methods sent by a client from growing the map.
@@ -63,11 +71,13 @@ export class HttpServer {
   private deadlineTimer: NodeJS.Timeout | undefined;
   /** Label-bound metric children by route, method and status: a hit skips prom-client's label hashing. */
   private readonly metricChildren = new Map<string, { requests: { inc(): void }; duration: { observe(v: number): void } }>();
+  private readonly metrics;
   private drainWaiters: Array<() => void> = [];
   private readonly app;
   port = 0;
 
   constructor(private readonly opts: ServerOptions) {
+    this.metrics = httpMetrics(opts.name);
     const uws = loadUws();
     this.app = uws.App();
     this.app.any('/*', (res, req) => this.onRequest(res, req));
@@ -243,8 +253,8 @@ export class HttpServer {
     let m = this.metricChildren.get(key);
     if (!m) {
       m = {
-        requests: requests.labels({ server, route: ctx.route, method: ctx.method, status: String(status) }),
-        duration: duration.labels({ server, route: ctx.route, method: ctx.method }),
+        requests: this.metrics.requests.labels({ server, route: ctx.route, method: ctx.method, status: String(status) }),
+        duration: this.metrics.duration.labels({ server, route: ctx.route, method: ctx.method }),
       };
       if (this.metricChildren.size < METRIC_CHILDREN_MAX) this.metricChildren.set(key, m);
     }

@@ -5,8 +5,8 @@ import { chargeInference, type InferenceCharge, type RunUsage } from '../../mone
 import type { Tx } from '../../db/index.js';
 import { splitTallyKey, tallyKey, type ChargeJournal, type JournalEntry, type Remainders } from './charge-journal.js';
 
-const charged = counter({ name: 'inference_charged_units_total', help: 'Inference charges posted to wallets, in USD x 10000', labelNames: ['model'] });
-const teamTokens = counter({ name: 'inference_team_tokens_total', help: 'Tokens used by inference, by team (personal use is team="")', labelNames: ['team', 'direction'] });
+const charged = counter({ name: 'inference_charged_units_total', help: 'Inference charges posted to wallets, in USD x 10000', labelNames: ['model'] }, 'inference');
+const teamTokens = counter({ name: 'inference_team_tokens_total', help: 'Tokens used by inference, by team (personal use is team="")', labelNames: ['team', 'direction'] }, 'inference');
 
 /**
  * Inference usage becomes ledger charges off the hot path: requests add to an

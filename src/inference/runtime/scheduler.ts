@@ -1,7 +1,7 @@
 import { ApiError } from '../../errors.js';
 import { log } from '../../log.js';
 import type { BranchSpec, GenerateEvent, GenerateRequest, TokenLogprob } from '../engine-api.js';
-import { engineMetrics as M } from './metrics.js';
+import { engineMetrics as M, kvCacheUsage, observeFinished } from './metrics.js';
 import type { EngineOptions } from './options.js';
 import type { SamplerSpec } from './protocol.js';
 import type { Runner } from './runner.js';
@@ -26,6 +26,9 @@ interface Gen {
   finished: boolean;
   enqueuedAt: number;
   lastTokenAt: number;
+  /** When it took a batch slot, and made its first token (request-level metrics). */
+  scheduledAt: number | undefined;
+  firstTokenAt: number | undefined;
 }
 
 interface Branch {
@@ -81,6 +84,23 @@ export class Scheduler {
     this.vocab = runner.arch.vocab;
   }
 
+  /** A sequence takes a batch slot (its queue time ends here). */
+  private activate(seq: Seq): void {
+    if (seq.gen) seq.gen.scheduledAt ??= performance.now();
+    this.active.add(seq);
+  }
+
+  /** KV positions the live sequences hold: the tokens each has run through the model (prompt prefilled, tokens fed back). */
+  private kvPositionsHeld(): number {
+    let n = 0;
+    for (const s of this.active) n += Math.max(0, s.promptLen + (s.gen?.produced ?? 0) - s.pending.length);
+    return n;
+  }
+
+  private reportKvUsage(): void {
+    M.kvUsage.set({ model: this.modelId }, kvCacheUsage(this.kvPositionsHeld(), this.opts.batchSizeMax, this.contextLength));
+  }
+
   private slotsUsed(): number {
     let n = 0;
     for (const s of this.active) if (s.gen || s.prefixOf) n++;
@@ -108,7 +128,7 @@ export class Scheduler {
     if (w < 0) return false;
     this.waiting.splice(w, 1);
     M.waiting.set({ model: this.modelId }, this.waiting.length);
-    this.active.add(seq);
+    this.activate(seq);
     seq.joining = true;
     onJoin(seq);
     const n = seq.pending.length;
@@ -158,6 +178,8 @@ export class Scheduler {
       finished: false,
       enqueuedAt: now,
       lastTokenAt: now,
+      scheduledAt: undefined,
+      firstTokenAt: undefined,
     };
     const seq: Seq = { id: this.nextSeq++, pending: [...req.promptTokens], promptLen: req.promptTokens.length, gen, cancelled: false };
     const onAbort = () => this.cancel(seq);
@@ -254,6 +276,15 @@ export class Scheduler {
     g.finished = true;
     const promptTokens = g.produced > 0 ? s.promptLen : s.promptLen - s.pending.length;
     g.queue.push({ type: 'done', finishReason, promptTokens, completionTokens: g.produced });
+    observeFinished(this.modelId, {
+      enqueuedAt: g.enqueuedAt,
+      scheduledAt: g.scheduledAt,
+      firstTokenAt: g.firstTokenAt,
+      endedAt: performance.now(),
+      promptTokens,
+      completionTokens: g.produced,
+      finishReason,
+    });
     g.wake?.();
     try {
       g.req.onEnd?.({ promptTokens, completionTokens: g.produced });
@@ -291,9 +322,10 @@ export class Scheduler {
     try {
       while (true) {
         this.reap();
-        while (this.waiting.length && this.slotsUsed() < this.opts.batchSizeMax) this.active.add(this.waiting.shift()!);
+        while (this.waiting.length && this.slotsUsed() < this.opts.batchSizeMax) this.activate(this.waiting.shift()!);
         M.waiting.set({ model: this.modelId }, this.waiting.length);
         M.running.set({ model: this.modelId }, this.slotsUsed());
+        this.reportKvUsage();
         const decoding = [...this.active].filter((s) => s.gen && !s.gen.finished && s.pending.length === 1 && s.gen.produced > 0 && !this.paused(s));
         const prefilling = [...this.active].filter((s) => s.pending.length > 0 && !s.joining && !(s.gen && s.gen.produced > 0));
         if (!decoding.length && !prefilling.length) break;
@@ -312,6 +344,7 @@ export class Scheduler {
       this.reap();
       M.running.set({ model: this.modelId }, this.slotsUsed());
       M.kvBytes.set({ model: this.modelId }, this.runner.kvBytes);
+      this.reportKvUsage();
       if ([...this.active].some((s) => s.pending.length > 0 && !s.joining && !this.paused(s)) || (this.waiting.length && this.slotsUsed() < this.opts.batchSizeMax)) this.kick();
     }
   }
@@ -478,7 +511,10 @@ export class Scheduler {
   private accept(s: Seq, tok: number, lp?: TokenLogprob | null): void {
     const g = s.gen!;
     const now = performance.now();
-    if (g.produced === 0) M.ttft.observe({ model: this.modelId }, (now - g.enqueuedAt) / 1000);
+    if (g.produced === 0) {
+      M.ttft.observe({ model: this.modelId }, (now - g.enqueuedAt) / 1000);
+      g.firstTokenAt = now;
+    }
     else M.itl.observe({ model: this.modelId }, (now - g.lastTokenAt) / 1000);
     g.lastTokenAt = now;
     g.produced++;
