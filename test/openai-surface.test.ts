@@ -50,7 +50,7 @@ describe('/v1 base URL', () => {
 
 describe('parameters are honoured or refused, never ignored', () => {
   const refused: Array<[string, Record<string, unknown>, string]> = [
-    ['response_format json_object', { response_format: { type: 'json_object' } }, 'response_format.type'],
+    ['response_format json_schema without its schema object', { response_format: { type: 'json_schema' } }, 'response_format.json_schema'],
     ['tools without tool_choice none', { tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }, 'tools'],
     ['tool_choice auto', { tool_choice: 'auto' }, 'tool_choice'],
     ['top_logprobs without logprobs', { top_logprobs: 3 }, 'top_logprobs'],

@@ -11,6 +11,8 @@ export interface ServedModel {
   contextLength: number;
   /** Token ids run from 0 to vocabSize - 1 (logit_bias keys are checked against it). */
   vocabSize: number;
+  /** Whether its tokens' texts are known, so output can be constrained to a grammar. */
+  structuredOutput: boolean;
   maxTokensDefault: number;
   maxTokensCap: number;
   prices: { inputPerMTok: number; outputPerMTok: number };
@@ -30,6 +32,8 @@ export interface GenerateRequest {
   adjust?: LogitAdjust;
   /** Report each token's log-probability and this many alternatives (0-20); absent: none. */
   topLogprobs?: number;
+  /** Structured output: sample only tokens that keep the text in this grammar (`key` names it for caches). */
+  grammar?: { key: string; grammar: import('./grammar/grammar.js').Grammar };
   stop: string[];
   signal?: AbortSignal;
   /**

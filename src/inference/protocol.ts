@@ -74,8 +74,25 @@ const chat = {
     .min(1, 'must contain at least one message')
     .max(MESSAGES_MAX, `must contain at most ${MESSAGES_MAX} messages`),
   max_completion_tokens: z.number().int('must be an integer').min(1, 'must be at least 1').nullish(),
+  // json_schema's schema is compiled to a grammar in the serving layer (grammar/json-schema.ts names any unsupported keyword).
   response_format: z
-    .object({ type: z.literal('text', { message: unsupported('structured output (json_object, json_schema)') + '; only {"type": "text"} is accepted' }) })
+    .discriminatedUnion(
+      'type',
+      [
+        z.object({ type: z.literal('text') }),
+        z.object({ type: z.literal('json_object') }),
+        z.object({
+          type: z.literal('json_schema'),
+          json_schema: z.object({
+            name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be 1 to 64 letters, digits, _ or -'),
+            description: z.string().nullish(),
+            schema: z.record(z.string(), z.unknown(), { message: 'must be a JSON schema object' }).nullish(),
+            strict: z.boolean().nullish(),
+          }),
+        }),
+      ],
+      { message: 'type must be one of text, json_object, json_schema' },
+    )
     .nullish(),
   // Tools may be listed when tool_choice is "none" (they are then not offered to the model).
   tools: z.array(z.unknown()).nullish(),

@@ -7,6 +7,7 @@ import type { ChatMessage, Cuts, GenerateEvent, LogitAdjust, ServedModel, TokenL
 import type { Policies, Usage } from './policy-api.js';
 import { ChatCompletionRequest, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type LogprobItem } from './protocol.js';
 import { SseStream } from './sse.js';
+import { responseGrammar } from './structured.js';
 import { noteError } from '../http/respond.js';
 
 /** Time to first token (request arrival to the first token made), for the access log; answers false (not first any more). */
@@ -100,6 +101,7 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
   const promptTokens = engine.encodeChat(model.id, messages);
   checkContext(model, promptTokens.length, 'messages', maxTokens, maxParam);
   const stop = req.stop == null ? [] : typeof req.stop === 'string' ? [req.stop] : req.stop;
+  const grammar = responseGrammar(req.response_format, model);
   const admission = await policies.admit(ctx, model, promptTokens.length + maxTokens);
   const usage: Usage = { inputTokens: 0, outputTokens: 0 };
   let events: AsyncGenerator<GenerateEvent>;
@@ -112,6 +114,7 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
       seed: req.seed ?? undefined,
       ...samplingOf(req, model),
       ...(req.logprobs ? { topLogprobs: req.top_logprobs ?? 0 } : {}),
+      ...(grammar ? { grammar } : {}),
       stop,
       signal: ctx.signal,
       // The engine reports what was really run, cancelled requests included: that is what is billed.

@@ -55,7 +55,9 @@ export class Engine implements InferenceEngine {
         if (models.has(c.id)) throw new Error(`duplicate model id ${c.id}`);
         const text = new ModelText(dir);
         const branchPath = path.join(dir, BRANCH_FILE);
+        const tokenTexts = text.tokenTexts();
         const runner = await Runner.start({
+          tokenTexts,
           modelPath: path.join(dir, 'model.onnx'),
           branchModelPath: c.kind === 'evaluation' && fs.existsSync(branchPath) ? branchPath : undefined,
           executionProvider: cfg.executionProvider,
@@ -67,6 +69,7 @@ export class Engine implements InferenceEngine {
           kind: c.kind,
           contextLength: c.contextLength,
           vocabSize: runner.arch.vocab,
+          structuredOutput: tokenTexts !== undefined,
           maxTokensCap: c.maxTokensCap ?? c.contextLength,
           maxTokensDefault: Math.min(c.maxTokensDefault ?? 256, c.maxTokensCap ?? c.contextLength),
           prices: c.prices,

@@ -5,6 +5,7 @@
 // decode run goes on step after step without waiting for the main thread.
 
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
+import type { Grammar } from '../grammar/grammar.js';
 
 export interface InitMsg {
   type: 'init';
@@ -14,6 +15,8 @@ export interface InitMsg {
   executionProvider: 'cpu' | 'webgpu' | 'cuda';
   strict: boolean;
   intraOpThreads: number;
+  /** Each token's text mid-document (null: not whole characters), for grammar-constrained sampling. */
+  tokenTexts?: Array<string | null>;
 }
 
 export interface Arch {
@@ -43,6 +46,8 @@ export interface SamplerSpec {
   adjust?: LogitAdjust;
   /** Report each sampled token's logprob and this many alternatives; absent: none. */
   topLogprobs?: number;
+  /** Only tokens that keep the output a prefix of this grammar's language (structured output). */
+  grammar?: { key: string; grammar: Grammar };
 }
 
 export interface StepRow {

@@ -427,6 +427,7 @@ export class Scheduler {
       cuts: g.req.cuts,
       adjust: g.req.adjust,
       topLogprobs: g.req.topLogprobs,
+      grammar: g.req.grammar,
     };
   }
 

@@ -4,6 +4,7 @@ import type { Arch, Reply, Request, SamplerSpec, StepRow } from './protocol.js';
 import { KvStore, type Kv } from './kv.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
+import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
 
 // One model's ONNX session, run on this thread (session.run blocks it), the
 // KV cache of every live sequence (kv.ts) and the batch of the last step.
@@ -25,6 +26,7 @@ function halfToFloat(h: number): number {
 }
 
 async function init(msg: Extract<Request, { type: 'init' }>): Promise<void> {
+  tokenTexts = msg.tokenTexts ?? [];
   const base: ort.InferenceSession.SessionOptions = {
     graphOptimizationLevel: 'all',
     intraOpNumThreads: msg.intraOpThreads,
@@ -283,6 +285,8 @@ interface Sampling {
   topLogprobs: number | undefined;
   /** The last sampled token's logprob, when asked for. */
   lastLogprob: TokenLogprob | null;
+  /** Structured output: the grammar's parse state, masking the logits at every step. */
+  constraint: Constraint | undefined;
   rand: () => number;
   budget: number;
   eos: Set<number>;
@@ -293,6 +297,51 @@ interface Sampling {
 }
 const samplers = new Map<number, Sampling>();
 
+/** Each token's text (from init), for grammar masks; maskers kept per grammar, the most recent few. */
+let tokenTexts: Array<string | null> = [];
+const maskers = new Map<string, TokenMasker>();
+/** Distinct grammars whose vocabulary index stays built (one per schema in use, at most). */
+const MASKERS_MAX = 32;
+function maskerFor(key: string, g: Grammar): TokenMasker {
+  let m = maskers.get(key);
+  if (m) {
+    maskers.delete(key);
+    maskers.set(key, m);
+    return m;
+  }
+  m = new TokenMasker(new Matcher(g), tokenTexts);
+  maskers.set(key, m);
+  if (maskers.size > MASKERS_MAX) maskers.delete(maskers.keys().next().value!);
+  return m;
+}
+
+/**
+ * A generation held to a grammar: before each draw every token that cannot continue the
+ * document gets -Infinity (end of text only once the document is complete); after it the
+ * parse state moves over the token's text. A dead end (no token fits) ends the generation.
+ */
+class Constraint {
+  private state: State;
+  private readonly allowed: Uint8Array;
+  constructor(private readonly masker: TokenMasker) {
+    this.state = masker.matcher.initial();
+    this.allowed = new Uint8Array(tokenTexts.length);
+  }
+
+  apply(l: Float32Array, eos: ReadonlySet<number>): void {
+    const eosLogits = [...eos].map((e) => [e, l[e]!] as const);
+    const n = this.masker.mask(this.state, this.allowed);
+    for (let t = 0; t < l.length; t++) if (!this.allowed[t]) l[t] = -Infinity;
+    // End of text, at its own logit: when the document is complete, or when nothing else fits.
+    if (this.state.accepting || n === 0) for (const [e, v] of eosLogits) l[e] = v;
+  }
+
+  accept(tok: number, eos: ReadonlySet<number>): void {
+    if (eos.has(tok)) return;
+    this.state = this.masker.matcher.advanceText(this.state, tokenTexts[tok] ?? '') ?? this.state;
+  }
+}
+
 /** Samples row `row` of `logits` (rows of `V` last-position logits). */
 function draw(sm: Sampling, logits: Float32Array, row: number, V: number): number {
   let l = logits;
@@ -301,7 +350,16 @@ function draw(sm: Sampling, logits: Float32Array, row: number, V: number): numbe
     l = adjustLogits(logits, off, V, sm.adjust, sm.counts, (sm.scratch ??= new Float32Array(V)));
     off = 0;
   }
+  if (sm.constraint) {
+    if (l === logits) {
+      l = (sm.scratch ??= new Float32Array(V));
+      l.set(logits.subarray(off, off + V));
+      off = 0;
+    }
+    sm.constraint.apply(l, sm.eos);
+  }
   const tok = sample(l, off, V, sm.temperature, sm.topP, sm.rand, sm.cuts);
+  sm.constraint?.accept(tok, sm.eos);
   if (sm.topLogprobs !== undefined) sm.lastLogprob = tokenLogprob(logits, row * V, V, tok, sm.topLogprobs);
   if (sm.adjust) sm.counts.set(tok, (sm.counts.get(tok) ?? 0) + 1);
   sm.next = tok;
@@ -320,6 +378,7 @@ function startSampler(seq: number, spec: SamplerSpec): Sampling {
     scratch: undefined,
     topLogprobs: spec.topLogprobs,
     lastLogprob: null,
+    constraint: spec.grammar ? new Constraint(maskerFor(spec.grammar.key, spec.grammar.grammar)) : undefined,
     rand: mulberry32(spec.seed),
     budget: spec.budget,
     eos: new Set(spec.eos),
