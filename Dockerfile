@@ -59,8 +59,8 @@ VOLUME ["/data"]
 EXPOSE 8000 8001
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
   CMD node -e "fetch('http://127.0.0.1:'+(process.env.PORT||8000)+'/healthz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"
-# SIGTERM: stop accepting, post finished requests' charges, let in-flight
-# requests run SHUTDOWN_GRACE_MS (4 s), post the rest, stop PostgreSQL: under
+# SIGTERM: stop accepting, let in-flight requests run SHUTDOWN_GRACE_MS (4 s),
+# post the charges, stop PostgreSQL: under
 # Docker's default 10 s. Give a longer --stop-timeout (Kubernetes:
 # terminationGracePeriodSeconds) and raise SHUTDOWN_GRACE_MS to it minus 6 s
 # for longer streams to finish.

@@ -20,13 +20,6 @@ export interface Services {
   ready: ReadyCheck[];
   /** Run on shutdown after the servers drained, in reverse order of registration. */
   onShutdown(fn: () => Promise<void> | void): void;
-  /**
-   * Run on shutdown as soon as the servers stop accepting, before waiting for
-   * in-flight requests: work that loses nothing by running early (posting the
-   * charges of requests already finished) is then done even if the orchestrator
-   * kills the process while slow streams drain.
-   */
-  onDraining(fn: () => Promise<void> | void): void;
 }
 
 export interface Daemon {
@@ -58,7 +51,6 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
   }
   const sql = connect(url, config.DB_POOL_MAX);
   const hooks: Array<() => Promise<void> | void> = [];
-  const draining: Array<() => Promise<void> | void> = [];
   let shuttingDown = false;
   try {
     await migrate(sql);
@@ -74,7 +66,6 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
     auth: new Authenticator(sql, config.AUTH_CACHE_TTL_MS),
     ready: [{ name: 'database', check: async () => void (await sql`SELECT 1`) }],
     onShutdown: (fn) => hooks.push(fn),
-    onDraining: (fn) => draining.push(fn),
   };
 
   const platform = new Router();
@@ -109,15 +100,6 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
     (done ??= (async () => {
       shuttingDown = true;
       for (const s of servers) s.stopAccepting();
-      await Promise.all(
-        draining.map(async (fn) => {
-          try {
-            await fn();
-          } catch (e) {
-            log.error({ err: e }, 'draining hook failed'); // the shutdown hooks run it again
-          }
-        }),
-      );
       const drained = await Promise.all(servers.map((s) => s.drain(config.SHUTDOWN_GRACE_MS)));
       if (!drained.every(Boolean)) log.warn('shutdown grace period ended with requests still in flight');
       for (const s of servers) s.close();

@@ -27,8 +27,6 @@ export const inferenceModule: Module = {
         if (engine.list().length === 0) throw new Error(`no models in ${c.modelsDir}`);
       },
     });
-    // Charges of requests already finished are posted before waiting on slow streams.
-    s.onDraining(() => charger.flush());
     // Reverse order at shutdown: the engine stops first, then the last charges are posted.
     s.onShutdown(async () => {
       await charger.stop();
