@@ -51,7 +51,7 @@ describe('/v1 base URL', () => {
 describe('parameters are honoured or refused, never ignored', () => {
   const refused: Array<[string, Record<string, unknown>, string]> = [
     ['response_format json_schema without its schema object', { response_format: { type: 'json_schema' } }, 'response_format.json_schema'],
-    ['tools without tool_choice none', { tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }, 'tools'],
+    ['tools without tool_choice ("auto" by default)', { tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }, 'tool_choice'],
     ['tool_choice auto', { tool_choice: 'auto' }, 'tool_choice'],
     ['top_logprobs without logprobs', { top_logprobs: 3 }, 'top_logprobs'],
     ['top_logprobs over 20', { logprobs: true, top_logprobs: 21 }, 'top_logprobs'],

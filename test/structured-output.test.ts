@@ -72,3 +72,62 @@ describe('structured outputs', () => {
     expect(bad.body.error.message).toContain('"pattern" is not supported');
   });
 });
+
+describe('tool calls', () => {
+  const weather = { type: 'object', properties: { city: { type: 'string', maxLength: 20 }, unit: { enum: ['c', 'f'] } }, required: ['city', 'unit'], additionalProperties: false };
+  const time = { type: 'object', properties: { zone: { type: 'integer', minimum: -12, maximum: 14 } }, required: ['zone'], additionalProperties: false };
+  const tools = [
+    { type: 'function' as const, function: { name: 'get_weather', description: 'Weather in a city', parameters: weather } },
+    { type: 'function' as const, function: { name: 'get_time', parameters: time } },
+  ];
+  const ajv = new Ajv();
+
+  it('answers a named function with a call whose arguments follow its parameters, streamed and not', async () => {
+    const { openai } = await client();
+    const r = await openai.chat.completions.create({ model: MODELS[0]!, messages: [{ role: 'user', content: 'Weather?' }], tools, tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 80, temperature: 0.7, seed: 3 });
+    expect(r.choices[0]!.finish_reason).toBe('tool_calls');
+    const call = r.choices[0]!.message.tool_calls![0]! as OpenAI.ChatCompletionMessageFunctionToolCall;
+    expect(call).toMatchObject({ type: 'function', id: expect.stringMatching(/^call_/), function: { name: 'get_weather' } });
+    expect(ajv.validate(weather, JSON.parse(call.function.arguments))).toBe(true);
+    expect(r.choices[0]!.message.content).toBeNull();
+    const stream = await openai.chat.completions.create({ model: MODELS[0]!, messages: [{ role: 'user', content: 'Weather?' }], tools, tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 80, temperature: 0.7, seed: 4, stream: true });
+    let args = '';
+    let name = '';
+    let finish = '';
+    for await (const c of stream) {
+      const d = c.choices[0];
+      for (const t of d?.delta.tool_calls ?? []) {
+        name += t.function?.name ?? '';
+        args += t.function?.arguments ?? '';
+      }
+      if (d?.finish_reason) finish = d.finish_reason;
+    }
+    expect({ name, finish }).toEqual({ name: 'get_weather', finish: 'tool_calls' });
+    expect(ajv.validate(weather, JSON.parse(args))).toBe(true);
+  });
+
+  it('with "required" and several tools, calls one of them with valid arguments; takes tool turns in the history', async () => {
+    const { openai } = await client();
+    for (const seed of [1, 2, 3]) {
+      const r = await openai.chat.completions.create({ model: MODELS[0]!, messages: [{ role: 'user', content: 'Help.' }], tools, tool_choice: 'required', max_tokens: 120, temperature: 1, seed });
+      const call = r.choices[0]!.message.tool_calls![0]! as OpenAI.ChatCompletionMessageFunctionToolCall;
+      const schema = call.function.name === 'get_weather' ? weather : time;
+      expect(['get_weather', 'get_time']).toContain(call.function.name);
+      expect(ajv.validate(schema, JSON.parse(call.function.arguments))).toBe(true);
+      const next = await openai.chat.completions.create({
+        model: MODELS[0]!, max_tokens: 4,
+        messages: [{ role: 'user', content: 'Help.' }, { role: 'assistant', content: null, tool_calls: [call] }, { role: 'tool', tool_call_id: call.id, content: '{"ok":true}' }],
+      });
+      expect(next.choices[0]!.finish_reason).toBe('length');
+    }
+  });
+
+  it('refuses "auto", tools without tool_choice, and an unknown function name, naming the field', async () => {
+    const { key } = await client();
+    const post = (extra: Record<string, unknown>) => call('inference', 'POST', '/v1/chat/completions', { key, body: { model: MODELS[0], messages: [{ role: 'user', content: 'x' }], tools, ...extra } });
+    for (const [extra, param] of [[{ tool_choice: 'auto' }, 'tool_choice'], [{}, 'tool_choice'], [{ tool_choice: { type: 'function', function: { name: 'nope' } } }, 'tool_choice.function.name']] as const) {
+      const r = await post(extra);
+      expect({ param, status: r.status, got: r.body.error?.param }).toEqual({ param, status: 400, got: param });
+    }
+  });
+});

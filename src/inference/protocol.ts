@@ -18,12 +18,19 @@ const Message = z.object({
     message: 'must be one of system, developer, user, assistant, tool',
   }),
   // OpenAI accepts a string or an array of content parts; only text parts can be served here.
-  content: z.union([z.string(), z.array(TextPart, { message: 'must be a string or an array of text parts' })]).nullable(),
+  content: z.union([z.string(), z.array(TextPart, { message: 'must be a string or an array of text parts' })]).nullish(),
   name: z.string().optional(),
+  // An assistant turn that called tools, and a tool's answer to one of them.
+  tool_calls: z
+    .array(z.object({ id: z.string(), type: z.literal('function'), function: z.object({ name: z.string(), arguments: z.string() }) }))
+    .nullish(),
+  tool_call_id: z.string().nullish(),
 });
 
 const stopSeq = z.string().min(1, 'must not be empty').max(STOP_SEQUENCE_CHARS_MAX, `must be at most ${STOP_SEQUENCE_CHARS_MAX} characters`);
 
+/** OpenAI's bound on tools per request. */
+export const TOOLS_MAX = 128;
 /** OpenAI's bound on top_logprobs for chat completions. */
 export const TOP_LOGPROBS_MAX = 20;
 /** OpenAI's logit_bias range: -100 bans a token, 100 forces it. */
@@ -94,9 +101,26 @@ const chat = {
       { message: 'type must be one of text, json_object, json_schema' },
     )
     .nullish(),
-  // Tools may be listed when tool_choice is "none" (they are then not offered to the model).
-  tools: z.array(z.unknown()).nullish(),
-  tool_choice: z.unknown().optional(),
+  tools: z
+    .array(
+      z.object({
+        type: z.literal('function', { message: 'only function tools exist' }),
+        function: z.object({
+          name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be 1 to 64 letters, digits, _ or -'),
+          description: z.string().nullish(),
+          parameters: z.record(z.string(), z.unknown()).nullish(),
+          strict: z.boolean().nullish(),
+        }),
+      }),
+    )
+    .max(TOOLS_MAX, `must list at most ${TOOLS_MAX} tools`)
+    .nullish(),
+  // "auto" needs a model that decides whether to call a tool; the served models cannot, honestly.
+  tool_choice: z
+    .union([z.enum(['none', 'required']), z.object({ type: z.literal('function'), function: z.object({ name: z.string() }) })], {
+      message: 'must be "none", "required" or {"type": "function", "function": {"name": ...}} ("auto" is not supported: the served models cannot decide whether to call a tool)',
+    })
+    .nullish(),
   parallel_tool_calls: z.boolean().nullish(),
   logprobs: z.boolean().nullish(),
   top_logprobs: z.number().int('must be an integer').min(0, `must be between 0 and ${TOP_LOGPROBS_MAX}`).max(TOP_LOGPROBS_MAX, `must be between 0 and ${TOP_LOGPROBS_MAX}`).nullish(),
@@ -108,10 +132,16 @@ export const ChatCompletionRequest = strictObject(chat, notSupported(Object.keys
     ctx.addIssue({ code: 'custom', path: ['top_logprobs'], message: 'needs logprobs: true (as OpenAI requires)' });
   }
   const tools = r.tools ?? [];
-  if (r.tool_choice !== undefined && r.tool_choice !== null && r.tool_choice !== 'none') {
-    ctx.addIssue({ code: 'custom', path: ['tool_choice'], message: `${unsupported('tool calling')}; only "none" is accepted` });
-  } else if (tools.length > 0 && r.tool_choice !== 'none') {
-    ctx.addIssue({ code: 'custom', path: ['tools'], message: `${unsupported('tool calling')}; send tool_choice "none" to list tools the model will not call` });
+  const choice = r.tool_choice;
+  if (choice && choice !== 'none' && tools.length === 0) ctx.addIssue({ code: 'custom', path: ['tool_choice'], message: 'needs tools to choose from' });
+  if (tools.length > 0 && (choice === undefined || choice === null)) {
+    ctx.addIssue({ code: 'custom', path: ['tool_choice'], message: 'is required with tools: "required", a named function, or "none" ("auto", the default with tools, is not supported: the served models cannot decide whether to call a tool)' });
+  }
+  if (typeof choice === 'object' && choice && !tools.some((t) => t.function.name === choice.function.name)) {
+    ctx.addIssue({ code: 'custom', path: ['tool_choice', 'function', 'name'], message: `names no listed tool (${tools.map((t) => t.function.name).join(', ')})` });
+  }
+  if (choice && choice !== 'none' && r.response_format && r.response_format.type !== 'text') {
+    ctx.addIssue({ code: 'custom', path: ['response_format'], message: 'cannot be combined with a tool call (its arguments follow the tool\'s parameters)' });
   }
 });
 export type ChatCompletionRequest = z.infer<typeof ChatCompletionRequest>;
@@ -165,7 +195,7 @@ export interface Completion {
   usage?: Usage | null;
 }
 
-export type FinishReason = 'stop' | 'length';
+export type FinishReason = 'stop' | 'length' | 'tool_calls';
 
 export interface Usage {
   prompt_tokens: number;
@@ -182,13 +212,19 @@ export interface LogprobItem {
 }
 export type ChoiceLogprobs = { content: LogprobItem[]; refusal: null } | null;
 
+export interface ToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
+}
+
 export interface ChatCompletion {
   id: string;
   object: 'chat.completion';
   created: number;
   model: string;
   system_fingerprint: string | null;
-  choices: Array<{ index: number; message: { role: 'assistant'; content: string }; finish_reason: FinishReason; logprobs: ChoiceLogprobs }>;
+  choices: Array<{ index: number; message: { role: 'assistant'; content: string | null; tool_calls?: ToolCall[] }; finish_reason: FinishReason; logprobs: ChoiceLogprobs }>;
   usage: Usage;
 }
 
@@ -198,7 +234,12 @@ export interface ChatCompletionChunk {
   created: number;
   model: string;
   system_fingerprint: string | null;
-  choices: Array<{ index: number; delta: { role?: 'assistant'; content?: string }; finish_reason: FinishReason | null; logprobs: ChoiceLogprobs }>;
+  choices: Array<{
+    index: number;
+    delta: { role?: 'assistant'; content?: string | null; tool_calls?: Array<{ index: number; id?: string; type?: 'function'; function: { name?: string; arguments: string } }> };
+    finish_reason: FinishReason | null;
+    logprobs: ChoiceLogprobs;
+  }>;
   usage?: Usage | null;
 }
 

@@ -7,7 +7,7 @@ import type { ChatMessage, Cuts, GenerateEvent, LogitAdjust, ServedModel, TokenL
 import type { Policies, Usage } from './policy-api.js';
 import { ChatCompletionRequest, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type LogprobItem } from './protocol.js';
 import { SseStream } from './sse.js';
-import { responseGrammar } from './structured.js';
+import { responseGrammar, toolCallOf, toolPlan, type ToolPlan } from './structured.js';
 import { noteError } from '../http/respond.js';
 
 /** Time to first token (request arrival to the first token made), for the access log; answers false (not first any more). */
@@ -62,12 +62,24 @@ export function logprobItems(engine: ChatEngine, modelId: string): (ids: number[
     }));
 }
 
+const callId = () => `call_${randomUUID().replace(/-/g, '').slice(0, 24)}`;
+
 /** Messages as the chat template takes them: `developer` is `system`, text parts joined. */
 export function chatMessages(ms: ChatCompletionRequest['messages']): ChatMessage[] {
-  return ms.map((m) => ({
-    role: m.role === 'developer' ? 'system' : m.role,
-    content: m.content === null ? '' : typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join(''),
-  }));
+  return ms.map((m) => {
+    let content = m.content == null ? '' : typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join('');
+    // A tool call in the history is rendered as the model would have written it: {"name", "arguments"}.
+    for (const c of m.tool_calls ?? []) content += JSON.stringify({ name: c.function.name, arguments: safeJson(c.function.arguments) });
+    return { role: m.role === 'developer' ? 'system' : m.role, content };
+  });
+}
+
+function safeJson(s: string): unknown {
+  try {
+    return JSON.parse(s);
+  } catch {
+    return s;
+  }
 }
 
 /** top_k / min_p and logit_bias / penalties as the engine takes them; absent when they change nothing. */
@@ -101,7 +113,8 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
   const promptTokens = engine.encodeChat(model.id, messages);
   checkContext(model, promptTokens.length, 'messages', maxTokens, maxParam);
   const stop = req.stop == null ? [] : typeof req.stop === 'string' ? [req.stop] : req.stop;
-  const grammar = responseGrammar(req.response_format, model);
+  const tool = toolPlan(req, model);
+  const grammar = tool?.grammar ?? responseGrammar(req.response_format, model);
   const admission = await policies.admit(ctx, model, promptTokens.length + maxTokens);
   const usage: Usage = { inputTokens: 0, outputTokens: 0 };
   let events: AsyncGenerator<GenerateEvent>;
@@ -133,7 +146,7 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
   ctx.note({ inferenceId: id });
   try {
     if (req.stream) {
-      const meta = { id, created, model: model.id, includeUsage: req.stream_options?.include_usage === true, logprobs: req.logprobs ? logprobItems(engine, model.id) : undefined };
+      const meta = { id, created, model: model.id, includeUsage: req.stream_options?.include_usage === true, logprobs: req.logprobs ? logprobItems(engine, model.id) : undefined, tool };
       await streamChat(ctx, events, meta, headers, usage);
       return undefined;
     }
@@ -156,13 +169,19 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
         finish = ev.finishReason;
       }
     }
+    let message: ChatCompletion['choices'][0]['message'] = { role: 'assistant', content: text };
+    const call = tool && toolCallOf(tool, text, finish === 'stop');
+    if (call) {
+      message = { role: 'assistant', content: null, tool_calls: [{ id: callId(), type: 'function', function: call }] };
+      if (finish === 'stop') finish = 'tool_calls';
+    }
     const body: ChatCompletion = {
       id,
       object: 'chat.completion',
       created,
       model: model.id,
       system_fingerprint: null,
-      choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: finish, logprobs: req.logprobs ? { content: items, refusal: null } : null }],
+      choices: [{ index: 0, message, finish_reason: finish, logprobs: req.logprobs ? { content: items, refusal: null } : null }],
       usage: { prompt_tokens: usage.inputTokens, completion_tokens: usage.outputTokens, total_tokens: usage.inputTokens + usage.outputTokens },
     };
     return { body, headers };
@@ -174,7 +193,7 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
 async function streamChat(
   ctx: Ctx,
   events: AsyncGenerator<GenerateEvent>,
-  meta: { id: string; created: number; model: string; includeUsage: boolean; logprobs: ReturnType<typeof logprobItems> | undefined },
+  meta: { id: string; created: number; model: string; includeUsage: boolean; logprobs: ReturnType<typeof logprobItems> | undefined; tool: ToolPlan | undefined },
   headers: Record<string, string>,
   usage: Usage,
 ): Promise<void> {
@@ -191,13 +210,30 @@ async function streamChat(
   // Headers (rate limits included) go out before the first token.
   if (!sse.start(headers)) return events.return(undefined).then(() => undefined);
   try {
-    if (!(await sse.send(chunk({ role: 'assistant', content: '' }, null)))) return;
+    const tool = meta.tool;
+    if (!(await sse.send(chunk({ role: 'assistant', content: tool ? null : '' }, null)))) return;
     let first = true;
+    // A named call streams its arguments as OpenAI does (the call's id and name first); a call
+    // whose function the model picks is sent whole at the end, once the name is known.
+    const toolId = callId();
+    let toolText = '';
+    let toolStarted = false;
+    const toolDelta = (args: string): ChatCompletionChunk['choices'][0]['delta'] => {
+      const d = { tool_calls: [toolStarted ? { index: 0, function: { arguments: args } } : { index: 0, id: toolId, type: 'function' as const, function: { name: tool!.name!, arguments: args } }] };
+      toolStarted = true;
+      return d;
+    };
     for await (const ev of events) {
       if (ev.type === 'delta') {
         if (first && ev.tokenIds.length) first = noteFirstToken(ctx);
         // A token whose text is held back (a possible stop string) still reports its logprob, with empty content.
         const lp = meta.logprobs && ev.logprobs ? { content: meta.logprobs(ev.tokenIds, ev.logprobs), refusal: null } : null;
+        if (tool) {
+          toolText += ev.text;
+          if (tool.name === undefined) continue;
+          if ((ev.text || lp) && !(await sse.send(chunk(toolDelta(ev.text), null, lp)))) return;
+          continue;
+        }
         if ((ev.text || lp) && !(await sse.send(chunk({ content: ev.text }, null, lp)))) return; // client gone: finally cancels
         continue;
       }
@@ -205,7 +241,15 @@ async function streamChat(
       usage.outputTokens = ev.completionTokens;
       ctx.note({ finishReason: ev.finishReason });
       if (ev.finishReason === 'cancelled') return;
-      await sse.send(chunk({}, ev.finishReason));
+      let finish: FinishReason = ev.finishReason;
+      if (tool) {
+        const call = toolCallOf(tool, toolText, finish === 'stop');
+        if (call && tool.name === undefined) await sse.send(chunk({ tool_calls: [{ index: 0, id: toolId, type: 'function', function: call }] }, null));
+        else if (call && !toolStarted) await sse.send(chunk(toolDelta(''), null));
+        else if (!call && toolText) await sse.send(chunk({ content: toolText }, null));
+        if (call && finish === 'stop') finish = 'tool_calls';
+      }
+      await sse.send(chunk({}, finish));
       if (meta.includeUsage) {
         await sse.send({
           id: meta.id, object: 'chat.completion.chunk', created: meta.created, model: meta.model, system_fingerprint: null, choices: [],

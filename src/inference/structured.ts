@@ -40,3 +40,52 @@ export function responseGrammar(rf: ChatCompletionRequest['response_format'], mo
     throw new ApiError('invalid', `${param}: ${e.message}`, { param });
   }
 }
+
+/** A forced tool call: the grammar its arguments follow, and the function when it is known up front. */
+export interface ToolPlan {
+  grammar: { key: string; grammar: Grammar };
+  /** Named function (or the only tool): the output is its arguments. Unset: the output is {"name", "arguments"}. */
+  name?: string;
+}
+
+/**
+ * tool_choice "required" or a named function: the answer is a call whose arguments are held
+ * to the function's parameter schema (as vLLM does for named function calling). With several
+ * tools and "required", the model writes {"name": <one of them>, "arguments": {...}}.
+ */
+export function toolPlan(req: ChatCompletionRequest, model: ServedModel): ToolPlan | undefined {
+  const choice = req.tool_choice;
+  const tools = req.tools ?? [];
+  if (!choice || choice === 'none' || tools.length === 0) return undefined;
+  if (!model.structuredOutput) {
+    throw new ApiError('invalid', `tool_choice: model ${model.id} cannot constrain its output (its tokenizer's pieces are not plain text)`, { param: 'tool_choice' });
+  }
+  const params = (t: (typeof tools)[number]) => t.function.parameters ?? { type: 'object' };
+  const compile = (schema: unknown, param: string) => {
+    const key = `schema:${JSON.stringify(schema)}`;
+    try {
+      return { key, grammar: cached(key, () => schemaGrammar(schema)) };
+    } catch (e) {
+      if (!(e instanceof SchemaError)) throw e;
+      const p = `${param}${e.path.replace(/\//g, '.')}`;
+      throw new ApiError('invalid', `${p}: ${e.message}`, { param: p });
+    }
+  };
+  const named = typeof choice === 'object' ? choice.function.name : tools.length === 1 ? tools[0]!.function.name : undefined;
+  if (named !== undefined) {
+    const i = tools.findIndex((t) => t.function.name === named);
+    return { name: named, grammar: compile(params(tools[i]!), `tools.${i}.function.parameters`) };
+  }
+  const wrapper = {
+    anyOf: tools.map((t) => ({ type: 'object', properties: { name: { const: t.function.name }, arguments: params(t) }, required: ['name', 'arguments'], additionalProperties: false })),
+  };
+  return { grammar: compile(wrapper, 'tools') };
+}
+
+/** The call a finished tool-mode output makes; undefined when the output was cut short of one. */
+export function toolCallOf(plan: ToolPlan, text: string, complete: boolean): { name: string; arguments: string } | undefined {
+  if (plan.name !== undefined) return { name: plan.name, arguments: text };
+  if (!complete) return undefined;
+  const o = JSON.parse(text) as { name: string; arguments: unknown };
+  return { name: o.name, arguments: JSON.stringify(o.arguments) };
+}
