@@ -29,6 +29,11 @@ export interface Daemon {
   shutdown(): Promise<void>;
 }
 
+/** Seconds queries still running at stop get before their connections close. */
+const DB_CLOSE_WAIT_S = 1;
+/** How long a stop waits for the embedded PostgreSQL to shut down cleanly. */
+const EMBEDDED_STOP_WAIT_MS = 2_000;
+
 /** A route family: given the services, returns routes for either address. */
 export interface Module {
   name: string;
@@ -68,9 +73,9 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
 
   const platform = new Router();
   const inference = new Router();
-  const ops = opsRoutes(services.ready, () => shuttingDown);
-  platform.addAll(ops);
-  inference.addAll(ops.map((r) => ({ ...r, family: 'inference' as const })));
+  // Each port serves its own metrics registry (src/metrics.ts): no series on both.
+  platform.addAll(opsRoutes(services.ready, () => shuttingDown, 'platform'));
+  inference.addAll(opsRoutes(services.ready, () => shuttingDown, 'inference').map((r) => ({ ...r, family: 'inference' as const })));
   platform.addAll(issuanceRoutes(sql, services.auth));
   for (const m of modules) {
     const r = await m.init(services);
@@ -78,10 +83,17 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
     if (r.inference) inference.addAll(r.inference);
   }
 
-  const common = { auth: services.auth, bodyBytesMax: config.MAX_BODY_BYTES, timeoutMs: config.REQUEST_TIMEOUT_MS, host: config.HOST };
+  const common = { auth: services.auth, bodyBytesMax: config.MAX_BODY_BYTES, timeoutMs: config.REQUEST_TIMEOUT_MS, host: config.HOST, cors: config.CORS_ORIGINS };
   const servers = [
     new HttpServer({ ...common, name: 'platform', port: config.PORT, family: 'platform', router: platform }),
-    new HttpServer({ ...common, name: 'inference', port: config.INFERENCE_PORT, family: 'inference', router: inference }),
+    new HttpServer({
+      ...common,
+      name: 'inference',
+      port: config.INFERENCE_PORT,
+      family: 'inference',
+      router: inference,
+      notFoundHint: '; the inference API is served under /v1 (as OpenAI-compatible servers do) and /api/v1, e.g. POST /v1/chat/completions, GET /v1/models',
+    }),
   ];
   const [platformPort, inferencePort] = await Promise.all(servers.map((s) => s.listen()));
   log.info({ platformPort, inferencePort, host: config.HOST, database: embedded ? 'embedded' : 'external' }, 'listening');
@@ -94,15 +106,20 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
       const drained = await Promise.all(servers.map((s) => s.drain(config.SHUTDOWN_GRACE_MS)));
       if (!drained.every(Boolean)) log.warn('shutdown grace period ended with requests still in flight');
       for (const s of servers) s.close();
+      let failed = 0;
       for (const fn of hooks.reverse()) {
         try {
           await fn();
         } catch (e) {
+          failed++;
           log.error({ err: e }, 'shutdown hook failed');
         }
       }
-      await sql.end({ timeout: 5 });
-      await embedded?.stop();
+      await sql.end({ timeout: DB_CLOSE_WAIT_S });
+      // An embedded server that already died must not hold the exit past the orchestrator's budget.
+      if (embedded) await Promise.race([embedded.stop(), new Promise<void>((r) => setTimeout(r, EMBEDDED_STOP_WAIT_MS).unref())]);
+      // A hook that failed may have lost something (charges that could not be journaled): exit non-zero.
+      if (failed) throw new Error(`${failed} shutdown hook(s) failed`);
       log.info('stopped');
     })());
 

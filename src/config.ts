@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { z } from 'zod';
+import { parseCorsOrigins } from './http/cors.js';
 
 // Every setting of the daemon, read from the environment once at start and
 // validated here. A bad value stops the start with a message naming the
@@ -55,6 +56,18 @@ const envSchema = z.object({
   // runaway client cannot take a 2-core engine from everybody else.
   RATE_LIMIT_RPM: int(0, 1_000_000_000).default(600),
   RATE_LIMIT_TPM: int(0, 1_000_000_000).default(1_000_000),
+  // Browser origins allowed to call both APIs: comma-separated exact origins, or * (default none).
+  CORS_ORIGINS: z
+    .string()
+    .default('')
+    .transform((v, ctx) => {
+      try {
+        return parseCorsOrigins(v);
+      } catch (e) {
+        ctx.addIssue({ code: 'custom', message: (e as Error).message });
+        return z.NEVER;
+      }
+    }),
   // Inference charges are posted to the ledger in batches this often (and at shutdown).
   CHARGE_FLUSH_INTERVAL_MS: int(50, 600_000).default(1_000),
 });

@@ -2,8 +2,12 @@ import { pino } from 'pino';
 
 // One JSON logger for the process. Secrets never reach it: the request logger
 // records route, status and ids only, and these paths are redacted as a backstop.
+/** `level` as its name (`"info"`), as log pipelines (Loki, Cloud Logging, ELK) expect, not pino's number. */
+const formatters = { level: (label: string) => ({ level: label }) };
+
 export const log = pino({
   level: process.env.LOG_LEVEL ?? 'info',
+  formatters,
   base: { pid: process.pid },
   redact: {
     paths: ['authorization', '*.authorization', 'headers.authorization', 'apiKey', '*.apiKey', 'secret', '*.secret'],
@@ -39,7 +43,7 @@ const gathering = {
     if (pendingBytes >= ACCESS_LOG_BUFFER_BYTES) flushAccess();
   },
 };
-export const accessLog = pino({ level: process.env.LOG_LEVEL ?? 'info', base: { pid: process.pid } }, gathering);
+export const accessLog = pino({ level: process.env.LOG_LEVEL ?? 'info', base: { pid: process.pid }, formatters }, gathering);
 setInterval(flushAccess, ACCESS_LOG_FLUSH_MS).unref();
 process.on('exit', () => {
   flushAccess();

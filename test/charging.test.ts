@@ -81,8 +81,8 @@ describe('inference charging', () => {
     }
     await Promise.all(work);
     await new Promise((r) => setTimeout(r, 300)); // cancelled sequences settle
-    const promptTokens = await metricSum(d.platformUrl, 'engine_prompt_tokens_total', `model="${chat}"`);
-    const generated = await metricSum(d.platformUrl, 'engine_generated_tokens_total', `model="${chat}"`);
+    const promptTokens = await metricSum(d.inferenceUrl, 'vllm:prompt_tokens_total', `model_name="${chat}"`);
+    const generated = await metricSum(d.inferenceUrl, 'vllm:generation_tokens_total', `model_name="${chat}"`);
     expect(promptTokens).toBeGreaterThan(0);
     expect(generated).toBeGreaterThan(0);
     expect(await stopDaemon(d)).toBe(0);

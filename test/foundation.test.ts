@@ -1,6 +1,17 @@
 import fs from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { admin, call, daemon, newUser } from './helpers.js';
+import { addMember, admin, call, daemon, fund, newTeam, newUser } from './helpers.js';
+
+/** The access-log lines whose request id starts with `tag`, once `n` are written (they are buffered up to a second). */
+async function logLines(tag: string, n: number): Promise<Array<Record<string, any>>> {
+  let lines: Array<Record<string, any>> = [];
+  for (let i = 0; i < 50 && lines.length < n; i++) {
+    await new Promise((res) => setTimeout(res, 100));
+    lines = fs.readFileSync(daemon().logFile, 'utf8').split('\n').filter((l) => l.includes(`"reqId":"${tag}`)).map((l) => JSON.parse(l));
+  }
+  expect(lines).toHaveLength(n);
+  return lines;
+}
 
 describe('auth', () => {
   it('answers 401 in the platform body without a key, with a bad scheme and with an unknown key', async () => {
@@ -131,8 +142,48 @@ describe('request log', () => {
       lines = text.split('\n').filter((l) => l.includes(reqId)).map((l) => JSON.parse(l));
     }
     expect(lines).toHaveLength(1);
-    expect(lines[0]).toMatchObject({ level: 30, msg: 'request', reqId, server: 'platform', method: 'GET', route: '/api/v1/user/teams', status: 200, user: u.userId });
+    expect(lines[0]).toMatchObject({ level: 'info', msg: 'request', reqId, server: 'platform', method: 'GET', route: '/api/v1/user/teams', status: 200, user: u.userId, key: u.keyId });
     expect(typeof lines[0]!.ms).toBe('number');
+  });
+
+  it('answers "which model, how many tokens" and "why did this fail" in the access line', async () => {
+    const u = await newUser(['inference:use', 'teams:read']);
+    const team = await newTeam();
+    await addMember(team.id, u.userId);
+    await fund(team.id, 100_000, 'teamId');
+    const tag = `log2-${Date.now()}`;
+    const body = { model: 'cloudgate/random-llama-chat', messages: [{ role: 'user', content: 'hello there' }], max_tokens: 5, temperature: 0 };
+    const ok = await call('inference', 'POST', '/api/v1/chat/completions', { key: u.key, body, headers: { 'x-request-id': `${tag}-a`, 'x-prime-team-id': team.id } });
+    expect(ok.status).toBe(200);
+    const streamed = await fetch(`${daemon().inferenceUrl}/api/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${u.key}`, 'content-type': 'application/json', 'x-request-id': `${tag}-b`, 'x-service-team-id': team.id },
+      body: JSON.stringify({ ...body, stream: true }),
+    });
+    expect(streamed.status).toBe(200);
+    await streamed.text();
+    const bad = await call('inference', 'POST', '/api/v1/chat/completions', { key: u.key, body: { ...body, model: 'no-such-model' }, headers: { 'x-request-id': `${tag}-c` } });
+    expect(bad.status).toBe(404);
+    const lost = await call('platform', 'GET', '/api/v1/podz?x=1', { key: u.key, headers: { 'x-request-id': `${tag}-d` } });
+    expect(lost.status).toBe(404);
+    const lines = await logLines(tag, 4);
+    const line = (s: string) => lines.find((l) => l.reqId === `${tag}-${s}`)!;
+    expect(line('a')).toMatchObject({
+      level: 'info', status: 200, model: 'cloudgate/random-llama-chat', stream: false, promptTokens: ok.body.usage.prompt_tokens,
+      completionTokens: ok.body.usage.completion_tokens, finishReason: ok.body.choices[0].finish_reason, inferenceId: ok.body.id, key: u.keyId, user: u.userId, team: team.id,
+    });
+    expect(line('a').inferenceId).toMatch(/^chatcmpl-/);
+    expect(line('a').ttftMs).toBeGreaterThan(0);
+    expect(line('a').ttftMs).toBeLessThanOrEqual(line('a').ms as number);
+    expect(line('b')).toMatchObject({ status: 200, stream: true, model: 'cloudgate/random-llama-chat', team: team.id, finishReason: expect.any(String) });
+    expect(line('b').completionTokens).toBeGreaterThan(0);
+    expect(typeof line('b').ttftMs).toBe('number');
+    expect(line('c')).toMatchObject({ status: 404, errorType: 'not_found', errorCode: 'model_not_found', route: '/api/v1/chat/completions' });
+    expect(line('c').path).toBeUndefined();
+    // The path a 404 did not match (without its query: queries may carry what a log must not keep).
+    expect(line('d')).toMatchObject({ status: 404, route: 'unmatched', path: '/api/v1/podz', errorType: 'not_found', errorCode: 'not_found' });
+    const text = fs.readFileSync(daemon().logFile, 'utf8');
+    expect(text).not.toContain(u.key);
   });
 });
 

@@ -15,7 +15,7 @@ async function client(opts: { rateLimits?: Record<string, number>; funded?: bool
 }
 
 async function metric(name: string, labels: string): Promise<number> {
-  const m = await call('platform', 'GET', '/metrics');
+  const m = await call('inference', 'GET', '/metrics');
   const line = (m.body as string).split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(labels));
   return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
 }
@@ -102,7 +102,7 @@ describe('chat completions', () => {
     let running = 1;
     for (let i = 0; i < 50 && running > 0; i++) {
       await new Promise((r) => setTimeout(r, 50));
-      running = await metric('engine_running_sequences', `model="${CHAT}"`);
+      running = await metric('vllm:num_requests_running', `model_name="${CHAT}"`);
     }
     expect(running).toBe(0);
   });

@@ -285,6 +285,7 @@ describe('pod reads, status and delete', () => {
       status: 'PROVISIONING',
       sshConnection: null,
       costPerHr: 0.03,
+      priceHr: 0.03, // the name Prime's CLI reads
       primePortMapping: [],
       ip: null,
       installationFailure: null,
@@ -294,7 +295,7 @@ describe('pod reads, status and delete', () => {
       () => get(u.key, `/api/v1/pods/status?pod_ids=${fast.id}`),
       (x) => x.body.data[0]?.status === 'ACTIVE',
     );
-    expect(ready.body.data[0]).toMatchObject({ status: 'ACTIVE', costPerHr: fast.priceHr, installationProgress: 100 });
+    expect(ready.body.data[0]).toMatchObject({ status: 'ACTIVE', costPerHr: fast.priceHr, priceHr: fast.priceHr, installationProgress: 100 });
     expect(ready.body.data[0].sshConnection).toContain('root@');
     const many = Array.from({ length: 101 }, (_, i) => `pod_ids=x${i}`).join('&');
     expect((await get(u.key, `/api/v1/pods/status?${many}`)).status).toBe(422);

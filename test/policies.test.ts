@@ -111,9 +111,35 @@ describe('quota and team billing', () => {
     expect(yes.status).toBe(200);
     // Tokens are attributed to the team (the ledger arithmetic itself is checked in charging.test.ts,
     // with prices high enough to move whole units).
-    const m = await call('platform', 'GET', '/metrics');
+    const m = await call('inference', 'GET', '/metrics');
     const line = (m.body as string).split('\n').find((l) => l.startsWith('inference_team_tokens_total{') && l.includes(`team="${team.id}"`) && l.includes('direction="input"'));
     expect(Number(line?.split(' ').pop())).toBe(yes.body.usage.prompt_tokens);
+  });
+});
+
+describe("Prime's team header", () => {
+  it('takes X-Prime-Team-ID as X-Service-Team-ID: same membership rule, the team pays; two different teams is a 400', async () => {
+    const u = await newUser(['inference:use']);
+    const team = await newTeam();
+    const other = await newTeam();
+    await fund(team.id, 100_000, 'teamId');
+    const chat = (headers: Record<string, string>) => call('inference', 'POST', '/api/v1/chat/completions', { key: u.key, body: chatBody(), headers });
+    const stranger = await chat({ 'x-prime-team-id': team.id });
+    expect(stranger.status).toBe(403);
+    expect(stranger.body.error).toMatchObject({ type: 'permission_error', code: 'team_access_denied', param: 'x-prime-team-id' });
+    await addMember(team.id, u.userId);
+    await addMember(other.id, u.userId);
+    // The personal wallet is empty: only the team named by Prime's header can pay.
+    const yes = await chat({ 'x-prime-team-id': team.id });
+    expect(yes.status).toBe(200);
+    expect((await chat({ 'x-prime-team-id': team.id, 'x-service-team-id': team.id })).status).toBe(200);
+    const both = await chat({ 'x-prime-team-id': other.id, 'x-service-team-id': team.id });
+    expect(both.status).toBe(400);
+    expect(both.body.error).toMatchObject({ type: 'invalid_request_error', code: 'conflicting_team_headers', param: 'x-prime-team-id' });
+    expect(both.body.error.message).toContain(team.id);
+    expect(both.body.error.message).toContain(other.id);
+    // Without either header the empty personal wallet is what pays: 402.
+    expect((await chat({})).status).toBe(402);
   });
 });
 

@@ -39,8 +39,16 @@ export class Ctx {
   readonly startedAt = performance.now();
   params: Record<string, string> = {};
   principal!: Principal;
+  /** Headers every answer to this request carries (CORS), set before routing. */
+  extraHeaders: Record<string, string> | undefined;
   route = 'unmatched';
   status = 0;
+  /**
+   * Fields a handler adds to this request's access-log line (model, tokens,
+   * finish reason, inference id, error code...): see `note`. Only values the
+   * server picks, never headers, bodies or secrets.
+   */
+  readonly logFields: Record<string, string | number | boolean | null> = {};
   responded = false;
   aborted = false;
   private readonly abortController = new AbortController();
@@ -64,6 +72,14 @@ export class Ctx {
 
   get signal(): AbortSignal {
     return this.abortController.signal;
+  }
+
+  /** Adds fields to this request's access-log line (later values replace earlier ones). */
+  note(fields: Record<string, string | number | boolean | null | undefined>): void {
+    for (const k in fields) {
+      const v = fields[k];
+      if (v !== undefined) this.logFields[k] = v;
+    }
   }
 
   header(name: string): string | undefined {
@@ -121,6 +137,7 @@ export class Ctx {
     this.res.writeStatus(statusLine(status));
     this.res.writeHeader('content-type', contentType);
     this.res.writeHeader('x-request-id', this.requestId);
+    if (this.extraHeaders) for (const k in this.extraHeaders) this.res.writeHeader(k, this.extraHeaders[k]!);
     if (headers) for (const k in headers) this.res.writeHeader(k, headers[k]!);
   }
 

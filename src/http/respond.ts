@@ -80,11 +80,19 @@ export function toHttpError(err: unknown, family: ApiFamily): HttpError {
   return { status, body, headers };
 }
 
+/** The log line's answer to "why did this fail": our error kind and the code the client saw. */
+export function noteError(ctx: Ctx, err: unknown): void {
+  const e = err instanceof ApiError ? err : undefined;
+  const kind = e?.kind ?? 'internal';
+  ctx.note({ errorType: kind, errorCode: e?.code ?? defaultCode[kind] });
+}
+
 export function sendError(ctx: Ctx, err: unknown): void {
   if (!(err instanceof ApiError)) {
     log.error({ reqId: ctx.requestId, route: ctx.route, err }, 'unhandled error');
   }
   const h = toHttpError(err, ctx.family);
+  noteError(ctx, err);
   ctx.send(h.status, JSON.stringify(h.body), 'application/json', h.headers);
 }
 

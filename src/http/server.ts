@@ -1,25 +1,34 @@
 import { randomUUID } from 'node:crypto';
 import { ApiError, type ApiFamily } from '../errors.js';
 import { accessLog, log } from '../log.js';
-import { counter, histogram } from '../metrics.js';
+import { counter, histogram, REQUEST_SECONDS_BUCKETS, type MetricsPort } from '../metrics.js';
 import type { Authenticator } from '../auth/authenticator.js';
 import { can } from '../auth/principal.js';
 import { Ctx, Query } from './context.js';
+import { corsHeaders, preflightHeaders, type CorsOrigins } from './cors.js';
 import { sendError, sendReply } from './respond.js';
 import type { Match, Method, Router } from './router.js';
 import { loadUws, type HttpResponse, type HttpRequest, type us_listen_socket } from './uws.js';
 
-const requests = counter({
-  name: 'http_requests_total',
-  help: 'HTTP requests answered, by route pattern, method and status',
-  labelNames: ['server', 'route', 'method', 'status'],
-});
-const duration = histogram({
-  name: 'http_request_duration_seconds',
-  help: 'Time from request to the end of its response, by route pattern',
-  labelNames: ['server', 'route', 'method'],
-  buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
-});
+/** The HTTP metrics of one port, in that port's registry (src/metrics.ts: no series on both ports). */
+function httpMetrics(port: MetricsPort) {
+  return {
+    requests: counter(
+      { name: 'http_requests_total', help: 'HTTP requests answered, by route pattern, method and status', labelNames: ['server', 'route', 'method', 'status'] },
+      port,
+    ),
+    duration: histogram(
+      {
+        name: 'http_request_duration_seconds',
+        help: 'Time from request to the end of its response (a stream: its whole length), by route pattern',
+        labelNames: ['server', 'route', 'method'],
+        // Sub-millisecond reads up to streams of many minutes.
+        buckets: [0.0005, 0.001, 0.0025, ...REQUEST_SECONDS_BUCKETS],
+      },
+      port,
+    ),
+  };
+}
 
 // Routes x methods x statuses actually seen is a few hundred; the bound only
 // stops odd methods sent by a client from growing the map.
@@ -48,6 +57,10 @@ export interface ServerOptions {
   auth: Authenticator;
   bodyBytesMax: number;
   timeoutMs: number;
+  /** Browser origins allowed (CORS_ORIGINS); an empty set answers no preflight. */
+  cors?: CorsOrigins;
+  /** Appended to a 404's message: where this address's API lives. */
+  notFoundHint?: string;
 }
 
 /** One listening address: routes, limits, auth, logging, metrics, graceful close. */
@@ -58,11 +71,13 @@ export class HttpServer {
   private deadlineTimer: NodeJS.Timeout | undefined;
   /** Label-bound metric children by route, method and status: a hit skips prom-client's label hashing. */
   private readonly metricChildren = new Map<string, { requests: { inc(): void }; duration: { observe(v: number): void } }>();
+  private readonly metrics;
   private drainWaiters: Array<() => void> = [];
   private readonly app;
   port = 0;
 
   constructor(private readonly opts: ServerOptions) {
+    this.metrics = httpMetrics(opts.name);
     const uws = loadUws();
     this.app = uws.App();
     this.app.any('/*', (res, req) => this.onRequest(res, req));
@@ -112,6 +127,18 @@ export class HttpServer {
     const requestId = given && REQUEST_ID_RE.test(given) ? given : randomUUID();
     const ctx = new Ctx(res, method, path, new Query(req.getQuery() ?? ''), headers, requestId, this.opts.family);
     res.onAborted(() => ctx.markAborted());
+    const cors = this.opts.cors;
+    if (cors && (cors === '*' || cors.size > 0)) {
+      const origin = headers.origin;
+      if (method === 'OPTIONS' && headers['access-control-request-method']) {
+        const pre = preflightHeaders(cors, origin, headers['access-control-request-headers']);
+        if (pre) {
+          ctx.send(204, '', 'text/plain', pre);
+          return;
+        }
+      }
+      ctx.extraHeaders = corsHeaders(cors, origin);
+    }
     const { match, allowed } = this.opts.router.match(method, path);
     if (match) {
       ctx.route = match.route.path;
@@ -170,7 +197,7 @@ export class HttpServer {
             headers: { allow: allowed.join(', ') },
           });
         }
-        throw new ApiError('not_found', `no route for ${ctx.method} ${ctx.path}`);
+        throw new ApiError('not_found', `no route for ${ctx.method} ${ctx.path}${this.opts.notFoundHint ?? ''}`);
       }
       const route = match.route;
       const timeoutMs = route.timeoutMs === undefined ? this.opts.timeoutMs : route.timeoutMs;
@@ -226,15 +253,28 @@ export class HttpServer {
     let m = this.metricChildren.get(key);
     if (!m) {
       m = {
-        requests: requests.labels({ server, route: ctx.route, method: ctx.method, status: String(status) }),
-        duration: duration.labels({ server, route: ctx.route, method: ctx.method }),
+        requests: this.metrics.requests.labels({ server, route: ctx.route, method: ctx.method, status: String(status) }),
+        duration: this.metrics.duration.labels({ server, route: ctx.route, method: ctx.method }),
       };
       if (this.metricChildren.size < METRIC_CHILDREN_MAX) this.metricChildren.set(key, m);
     }
     m.requests.inc();
     m.duration.observe(seconds);
+    const p = ctx.principal;
     accessLog.info(
-      { reqId: ctx.requestId, server, method: ctx.method, route: ctx.route, status, ms: Math.round(seconds * 1e4) / 10, user: ctx.principal?.userId },
+      {
+        reqId: ctx.requestId,
+        server,
+        method: ctx.method,
+        route: ctx.route,
+        status,
+        ms: Math.round(seconds * 1e4) / 10,
+        user: p?.userId,
+        key: p?.keyId,
+        // A path no route matched is what an operator needs to see (a client's typo, a missing /v1 alias).
+        path: ctx.route === 'unmatched' ? ctx.path : undefined,
+        ...ctx.logFields,
+      },
       'request',
     );
     if (--this.inflight === 0) {

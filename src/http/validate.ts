@@ -15,7 +15,14 @@ export const idString = z.string('must be a string').min(1, 'must not be empty')
 export function parse<S extends z.ZodType>(schema: S, value: unknown, root = ''): z.infer<S> {
   const r = schema.safeParse(value);
   if (r.success) return r.data;
-  const issues: FieldIssue[] = r.error.issues.map((i) => {
+  const issues: FieldIssue[] = r.error.issues.flatMap((i) => {
+    // Unknown keys of a strict object: one issue per key, named by its own path.
+    if (i.code === 'unrecognized_keys') {
+      return i.keys.map((k) => {
+        const param = [root, ...i.path.map(String), k].filter((s) => s !== '').join('.');
+        return { param, details: `${param}: ${i.message} (got ${showValue(pick(value, [...(i.path as PropertyKey[]), k]))})` };
+      });
+    }
     const param = [root, ...i.path.map(String)].filter((s) => s !== '').join('.') || root || 'body';
     // A bad record key (a question id, an option name): the rule is the key schema's, the value the key.
     const nested = i.code === 'invalid_key' ? (i as { issues?: Array<{ message: string }> }).issues?.[0]?.message : undefined;

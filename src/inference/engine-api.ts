@@ -9,6 +9,10 @@ export interface ServedModel {
   id: string;
   kind: 'chat' | 'evaluation';
   contextLength: number;
+  /** Token ids run from 0 to vocabSize - 1 (logit_bias keys are checked against it). */
+  vocabSize: number;
+  /** Whether its tokens' texts are known, so output can be constrained to a grammar. */
+  structuredOutput: boolean;
   maxTokensDefault: number;
   maxTokensCap: number;
   prices: { inputPerMTok: number; outputPerMTok: number };
@@ -22,6 +26,14 @@ export interface GenerateRequest {
   temperature: number;
   topP: number;
   seed?: number;
+  /** top_k / min_p (vLLM's extras); absent: no cut. */
+  cuts?: Cuts;
+  /** logit_bias and presence / frequency penalties; absent: the raw logits. */
+  adjust?: LogitAdjust;
+  /** Report each token's log-probability and this many alternatives (0-20); absent: none. */
+  topLogprobs?: number;
+  /** Structured output: sample only tokens that keep the text in this grammar (`key` names it for caches). */
+  grammar?: { key: string; grammar: import('./grammar/grammar.js').Grammar };
   stop: string[];
   signal?: AbortSignal;
   /**
@@ -31,12 +43,38 @@ export interface GenerateRequest {
   onEnd?: (usage: { promptTokens: number; completionTokens: number }) => void;
 }
 
+/** A generated token's log-probability under the model, and the most likely alternatives. */
+export interface TokenLogprob {
+  logprob: number;
+  /** [token id, logprob] of the `topLogprobs` most likely tokens, most likely first. */
+  top: Array<[number, number]>;
+}
+
 export type GenerateEvent =
-  | { type: 'delta'; text: string; tokenIds: number[] }
+  /** `logprobs[i]` belongs to `tokenIds[i]`, present when the request asked for them. */
+  | { type: 'delta'; text: string; tokenIds: number[]; logprobs?: TokenLogprob[] }
   | { type: 'done'; finishReason: 'stop' | 'length' | 'cancelled'; promptTokens: number; completionTokens: number };
 
 /** A scored branch: it continues the shared prefix (parent -1) or an earlier branch. */
 export interface BranchSpec {
   parent: number;
   tokens: number[];
+}
+
+/** Cuts beyond temperature and top_p (vLLM's extras): 0 turns each off. */
+export interface Cuts {
+  /** Keep only the k most likely tokens. */
+  topK: number;
+  /** Drop tokens less likely than minP times the most likely one's probability. */
+  minP: number;
+}
+
+/**
+ * What OpenAI's API adds to the raw logits before sampling: `logit_bias` per token
+ * id, and presence / frequency penalties over the tokens generated so far.
+ */
+export interface LogitAdjust {
+  bias: ReadonlyArray<readonly [number, number]>;
+  presence: number;
+  frequency: number;
 }

@@ -1,7 +1,9 @@
 import type { Module } from '../app.js';
 import { log } from '../log.js';
 import { createEngine } from './engine-adapter.js';
-import { Charger } from './policy/charger.js';
+import path from 'node:path';
+import { ChargeJournal } from './policy/charge-journal.js';
+import { Charger, postJournalEntries } from './policy/charger.js';
 import { RateLimiter } from './policy/limiter.js';
 import { GatewayPolicies } from './policy/policies.js';
 import { inferenceRoutes } from './routes.js';
@@ -14,7 +16,9 @@ export const inferenceModule: Module = {
     const engine = await createEngine(c);
     log.info({ models: engine.list().map((m) => `${m.id} (${m.kind})`), provider: c.EXECUTION_PROVIDER }, 'models loaded');
     let policies: GatewayPolicies | undefined;
-    const charger = new Charger(s.sql, c.CHARGE_FLUSH_INTERVAL_MS, (walletId, units) => policies?.posted(walletId, units));
+    // Usage a previous run journaled but did not post is posted here, before serving.
+    const journal = await ChargeJournal.open(s.sql, path.join(c.dataDir, 'journal'), postJournalEntries);
+    const charger = new Charger(s.sql, c.CHARGE_FLUSH_INTERVAL_MS, journal, (walletId, units) => policies?.posted(walletId, units));
     policies = new GatewayPolicies(s.sql, new RateLimiter(), charger, { requestsPerMinute: c.RATE_LIMIT_RPM, tokensPerMinute: c.RATE_LIMIT_TPM });
     charger.start();
     s.ready.push({
@@ -24,7 +28,9 @@ export const inferenceModule: Module = {
       },
     });
     // Reverse order at shutdown: the engine stops first, then the last charges are posted.
-    s.onShutdown(() => charger.stop());
+    s.onShutdown(async () => {
+      await charger.stop();
+    });
     s.onShutdown(() => engine.close());
     return {
       inference: inferenceRoutes(engine, policies, {

@@ -18,42 +18,204 @@ const Message = z.object({
     message: 'must be one of system, developer, user, assistant, tool',
   }),
   // OpenAI accepts a string or an array of content parts; only text parts can be served here.
-  content: z.union([z.string(), z.array(TextPart, { message: 'must be a string or an array of text parts' })]).nullable(),
+  content: z.union([z.string(), z.array(TextPart, { message: 'must be a string or an array of text parts' })]).nullish(),
   name: z.string().optional(),
+  // An assistant turn that called tools, and a tool's answer to one of them.
+  tool_calls: z
+    .array(z.object({ id: z.string(), type: z.literal('function'), function: z.object({ name: z.string(), arguments: z.string() }) }))
+    .nullish(),
+  tool_call_id: z.string().nullish(),
 });
 
 const stopSeq = z.string().min(1, 'must not be empty').max(STOP_SEQUENCE_CHARS_MAX, `must be at most ${STOP_SEQUENCE_CHARS_MAX} characters`);
 
-export const ChatCompletionRequest = z.object({
+/** OpenAI's bound on tools per request. */
+export const TOOLS_MAX = 128;
+/** OpenAI's bound on top_logprobs for chat completions. */
+export const TOP_LOGPROBS_MAX = 20;
+/** OpenAI's logit_bias range: -100 bans a token, 100 forces it. */
+export const LOGIT_BIAS_ABS_MAX = 100;
+/** More biased tokens than this is a client bug (OpenAI documents no bound; 300 is its practical limit). */
+export const LOGIT_BIAS_ENTRIES_MAX = 1024;
+
+/** A strict object whose unknown keys are refused with `message` (validate.ts names each key). */
+const strictObject = <T extends z.ZodRawShape>(shape: T, message: string) =>
+  z.object(shape, { error: (iss) => (iss.code === 'unrecognized_keys' ? message : undefined) }).strict();
+
+/** Sampling and stream parameters shared by chat and legacy completions (same meaning in both). */
+const sampling = {
   model: z.string({ message: 'is required and must be a string' }).min(1, 'must not be empty'),
-  messages: z
-    .array(Message, { message: 'is required and must be an array of messages' })
-    .min(1, 'must contain at least one message')
-    .max(MESSAGES_MAX, `must contain at most ${MESSAGES_MAX} messages`),
   max_tokens: z.number().int('must be an integer').min(1, 'must be at least 1').nullish(),
-  max_completion_tokens: z.number().int('must be an integer').min(1, 'must be at least 1').nullish(),
   temperature: z.number().min(0, 'must be between 0 and 2').max(2, 'must be between 0 and 2').nullish(),
   top_p: z.number().gt(0, 'must be greater than 0 and at most 1').max(1, 'must be greater than 0 and at most 1').nullish(),
+  // vLLM's sampling extras: -1 or 0 turns top_k off (vLLM takes -1, some clients send 0).
+  top_k: z.number().int('must be an integer').min(-1, 'must be -1 (off), 0 (off) or a positive integer').nullish(),
+  min_p: z.number().min(0, 'must be between 0 and 1').max(1, 'must be between 0 and 1').nullish(),
   stream: z.boolean().nullish(),
-  stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
+  stream_options: strictObject({ include_usage: z.boolean().nullish() }, 'is not supported; stream_options takes include_usage only').nullish(),
   stop: z
-    .union([stopSeq, z.array(stopSeq).max(STOP_SEQUENCES_MAX, `must list at most ${STOP_SEQUENCES_MAX} sequences`)])
+    .union([stopSeq, z.array(stopSeq).max(STOP_SEQUENCES_MAX, `must list at most ${STOP_SEQUENCES_MAX} sequences (OpenAI's limit)`)])
     .nullish(),
   seed: z.number().int('must be an integer').nullish(),
   n: z.literal(1, { message: 'only n=1 is supported' }).nullish(),
   user: z.string().nullish(),
-  // Accepted for compatibility and ignored (see README API notes).
-  presence_penalty: z.number().min(-2).max(2).nullish(),
-  frequency_penalty: z.number().min(-2).max(2).nullish(),
+  // Applied over the tokens generated so far, as OpenAI defines them.
+  presence_penalty: z.number().min(-2, 'must be between -2 and 2').max(2, 'must be between -2 and 2').nullish(),
+  frequency_penalty: z.number().min(-2, 'must be between -2 and 2').max(2, 'must be between -2 and 2').nullish(),
+  logit_bias: z
+    .record(
+      z.string().regex(/^\d{1,9}$/, 'keys must be token ids (non-negative integers as strings)'),
+      z.number().min(-LOGIT_BIAS_ABS_MAX, `values must be between -${LOGIT_BIAS_ABS_MAX} and ${LOGIT_BIAS_ABS_MAX}`).max(LOGIT_BIAS_ABS_MAX, `values must be between -${LOGIT_BIAS_ABS_MAX} and ${LOGIT_BIAS_ABS_MAX}`),
+    )
+    .refine((o) => Object.keys(o).length <= LOGIT_BIAS_ENTRIES_MAX, `must have at most ${LOGIT_BIAS_ENTRIES_MAX} entries`)
+    .nullish(),
+};
+export type SamplingParams = z.infer<z.ZodObject<typeof sampling>>;
+const notSupported = (keys: readonly string[]) => `is not a supported parameter; supported: ${keys.join(', ')}`;
+const unsupported = (what: string) => `${what} is not supported by this server yet`;
+
+const chat = {
+  ...sampling,
+  messages: z
+    .array(Message, { message: 'is required and must be an array of messages' })
+    .min(1, 'must contain at least one message')
+    .max(MESSAGES_MAX, `must contain at most ${MESSAGES_MAX} messages`),
+  max_completion_tokens: z.number().int('must be an integer').min(1, 'must be at least 1').nullish(),
+  // json_schema's schema is compiled to a grammar in the serving layer (grammar/json-schema.ts names any unsupported keyword).
+  response_format: z
+    .discriminatedUnion(
+      'type',
+      [
+        z.object({ type: z.literal('text') }),
+        z.object({ type: z.literal('json_object') }),
+        z.object({
+          type: z.literal('json_schema'),
+          json_schema: z.object({
+            name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be 1 to 64 letters, digits, _ or -'),
+            description: z.string().nullish(),
+            schema: z.record(z.string(), z.unknown(), { message: 'must be a JSON schema object' }).nullish(),
+            strict: z.boolean().nullish(),
+          }),
+        }),
+      ],
+      { message: 'type must be one of text, json_object, json_schema' },
+    )
+    .nullish(),
+  tools: z
+    .array(
+      z.object({
+        type: z.literal('function', { message: 'only function tools exist' }),
+        function: z.object({
+          name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be 1 to 64 letters, digits, _ or -'),
+          description: z.string().nullish(),
+          parameters: z.record(z.string(), z.unknown()).nullish(),
+          strict: z.boolean().nullish(),
+        }),
+      }),
+    )
+    .max(TOOLS_MAX, `must list at most ${TOOLS_MAX} tools`)
+    .nullish(),
+  // "auto" needs a model that decides whether to call a tool; the served models cannot, honestly.
+  tool_choice: z
+    .union([z.enum(['none', 'required']), z.object({ type: z.literal('function'), function: z.object({ name: z.string() }) })], {
+      message: 'must be "none", "required" or {"type": "function", "function": {"name": ...}} ("auto" is not supported: the served models cannot decide whether to call a tool)',
+    })
+    .nullish(),
+  parallel_tool_calls: z.boolean().nullish(),
+  logprobs: z.boolean().nullish(),
+  top_logprobs: z.number().int('must be an integer').min(0, `must be between 0 and ${TOP_LOGPROBS_MAX}`).max(TOP_LOGPROBS_MAX, `must be between 0 and ${TOP_LOGPROBS_MAX}`).nullish(),
+};
+
+/** Any key the chat request does not take is a 400 naming it (never silently ignored). */
+export const ChatCompletionRequest = strictObject(chat, notSupported(Object.keys(chat))).superRefine((r, ctx) => {
+  if (r.top_logprobs != null && r.logprobs !== true) {
+    ctx.addIssue({ code: 'custom', path: ['top_logprobs'], message: 'needs logprobs: true (as OpenAI requires)' });
+  }
+  const tools = r.tools ?? [];
+  const choice = r.tool_choice;
+  if (choice && choice !== 'none' && tools.length === 0) ctx.addIssue({ code: 'custom', path: ['tool_choice'], message: 'needs tools to choose from' });
+  if (tools.length > 0 && (choice === undefined || choice === null)) {
+    ctx.addIssue({ code: 'custom', path: ['tool_choice'], message: 'is required with tools: "required", a named function, or "none" ("auto", the default with tools, is not supported: the served models cannot decide whether to call a tool)' });
+  }
+  if (typeof choice === 'object' && choice && !tools.some((t) => t.function.name === choice.function.name)) {
+    ctx.addIssue({ code: 'custom', path: ['tool_choice', 'function', 'name'], message: `names no listed tool (${tools.map((t) => t.function.name).join(', ')})` });
+  }
+  if (choice && choice !== 'none' && r.response_format && r.response_format.type !== 'text') {
+    ctx.addIssue({ code: 'custom', path: ['response_format'], message: 'cannot be combined with a tool call (its arguments follow the tool\'s parameters)' });
+  }
 });
 export type ChatCompletionRequest = z.infer<typeof ChatCompletionRequest>;
 
-export type FinishReason = 'stop' | 'length';
+// ---------------------------------------------------------------- legacy completions
+
+/** Prompts in one legacy completions request: each is its own choice, all run at once. */
+export const COMPLETION_PROMPTS_MAX = 32;
+/** OpenAI's legacy default when max_tokens is absent. */
+export const COMPLETION_MAX_TOKENS_DEFAULT = 16;
+/** OpenAI's bound on the legacy `logprobs` integer. */
+export const COMPLETION_LOGPROBS_MAX = 5;
+
+const tokenIds = z.array(z.number().int('token ids must be integers').min(0, 'token ids must be >= 0'), { message: 'must be a string, an array of strings, an array of token ids or an array of such arrays' });
+const completion = {
+  ...sampling,
+  prompt: z.union(
+    [
+      z.string(),
+      z.array(z.string()).min(1, 'must not be empty').max(COMPLETION_PROMPTS_MAX, `must hold at most ${COMPLETION_PROMPTS_MAX} prompts`),
+      tokenIds.min(1, 'must not be empty'),
+      z.array(tokenIds.min(1, 'must not be empty')).min(1, 'must not be empty').max(COMPLETION_PROMPTS_MAX, `must hold at most ${COMPLETION_PROMPTS_MAX} prompts`),
+    ],
+    { message: 'is required: a string, an array of strings, an array of token ids or an array of such arrays' },
+  ),
+  echo: z.boolean().nullish(),
+  logprobs: z.number().int('must be an integer').min(0, `must be between 0 and ${COMPLETION_LOGPROBS_MAX}`).max(COMPLETION_LOGPROBS_MAX, `must be between 0 and ${COMPLETION_LOGPROBS_MAX}`).nullish(),
+  best_of: z.literal(1, { message: 'only best_of=1 is supported' }).nullish(),
+  suffix: z.null({ message: unsupported('suffix (insertion)') }).optional(),
+};
+export const CompletionRequest = strictObject(completion, notSupported(Object.keys(completion))).superRefine((r, ctx) => {
+  // Echoed prompt tokens would need the prompt's own logprobs, which a prefill does not keep.
+  if (r.echo && r.logprobs != null) ctx.addIssue({ code: 'custom', path: ['echo'], message: `${unsupported('echo together with logprobs')}; send one of them` });
+});
+export type CompletionRequest = z.infer<typeof CompletionRequest>;
+
+export interface LegacyLogprobs {
+  tokens: string[];
+  token_logprobs: number[];
+  top_logprobs: Array<Record<string, number>>;
+  text_offset: number[];
+}
+
+export interface Completion {
+  id: string;
+  object: 'text_completion';
+  created: number;
+  model: string;
+  system_fingerprint: string | null;
+  choices: Array<{ index: number; text: string; logprobs: LegacyLogprobs | null; finish_reason: FinishReason | null }>;
+  usage?: Usage | null;
+}
+
+export type FinishReason = 'stop' | 'length' | 'tool_calls';
 
 export interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+}
+
+/** OpenAI's per-token logprob item. */
+export interface LogprobItem {
+  token: string;
+  logprob: number;
+  bytes: number[] | null;
+  top_logprobs: Array<{ token: string; logprob: number; bytes: number[] | null }>;
+}
+export type ChoiceLogprobs = { content: LogprobItem[]; refusal: null } | null;
+
+export interface ToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
 }
 
 export interface ChatCompletion {
@@ -62,7 +224,7 @@ export interface ChatCompletion {
   created: number;
   model: string;
   system_fingerprint: string | null;
-  choices: Array<{ index: number; message: { role: 'assistant'; content: string }; finish_reason: FinishReason; logprobs: null }>;
+  choices: Array<{ index: number; message: { role: 'assistant'; content: string | null; tool_calls?: ToolCall[] }; finish_reason: FinishReason; logprobs: ChoiceLogprobs }>;
   usage: Usage;
 }
 
@@ -72,7 +234,12 @@ export interface ChatCompletionChunk {
   created: number;
   model: string;
   system_fingerprint: string | null;
-  choices: Array<{ index: number; delta: { role?: 'assistant'; content?: string }; finish_reason: FinishReason | null; logprobs: null }>;
+  choices: Array<{
+    index: number;
+    delta: { role?: 'assistant'; content?: string | null; tool_calls?: Array<{ index: number; id?: string; type?: 'function'; function: { name?: string; arguments: string } }> };
+    finish_reason: FinishReason | null;
+    logprobs: ChoiceLogprobs;
+  }>;
   usage?: Usage | null;
 }
 
@@ -83,7 +250,42 @@ export interface ModelObject {
   object: 'model';
   created: number;
   owned_by: string;
+  /** vLLM's field: the context length, prompt and completion together. */
+  max_model_len: number;
+  /** `chat` (chat and completions) or `evaluation` (typed evaluations only). */
+  kind: 'chat' | 'evaluation';
 }
+
+// ---------------------------------------------------------------- tokenize (vLLM's shapes)
+
+/** Token ids per detokenize request: a whole context of the largest model we would serve. */
+export const DETOKENIZE_TOKENS_MAX = 131_072;
+
+export const TokenizeText = strictObject(
+  {
+    model: z.string({ message: 'is required and must be a string' }).min(1, 'must not be empty'),
+    prompt: z.string({ message: 'must be a string' }),
+    add_special_tokens: z.boolean().nullish(),
+    return_token_strs: z.boolean().nullish(),
+  },
+  'is not a supported parameter; tokenize takes model, prompt or messages, add_special_tokens, add_generation_prompt, return_token_strs',
+);
+
+export const TokenizeChat = strictObject(
+  {
+    model: z.string({ message: 'is required and must be a string' }).min(1, 'must not be empty'),
+    messages: z.array(Message, { message: 'must be an array of messages' }).min(1, 'must contain at least one message').max(MESSAGES_MAX, `must contain at most ${MESSAGES_MAX} messages`),
+    add_generation_prompt: z.literal(true, { message: 'only true is supported (the chat template always ends with the assistant turn)' }).nullish(),
+    return_token_strs: z.boolean().nullish(),
+  },
+  'is not a supported parameter; tokenize takes model, prompt or messages, add_special_tokens, add_generation_prompt, return_token_strs',
+);
+
+
+export const DetokenizeRequest = z.object({
+  model: z.string({ message: 'is required and must be a string' }).min(1, 'must not be empty'),
+  tokens: z.array(z.number().int('must be integers').min(0, 'must be token ids (>= 0)')).max(DETOKENIZE_TOKENS_MAX, `must have at most ${DETOKENIZE_TOKENS_MAX} tokens`),
+});
 
 // ---------------------------------------------------------------- evaluations
 

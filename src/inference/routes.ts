@@ -4,10 +4,12 @@ import type { ServedModel } from './engine-api.js';
 import type { Policies } from './policy-api.js';
 import type { ModelObject } from './protocol.js';
 import { serveChat, type ChatEngine } from './serving-chat.js';
+import { serveCompletion } from './serving-completions.js';
 import { serveEvaluation } from './serving-eval.js';
+import { serveDetokenize, serveTokenize, type TokenizeEngine } from './serving-tokenize.js';
 import type { EvalEngine } from './evaluator/evaluate.js';
 
-export interface InferenceEngine extends ChatEngine, EvalEngine {
+export interface InferenceEngine extends ChatEngine, EvalEngine, TokenizeEngine {
   list(): ServedModel[];
 }
 
@@ -17,7 +19,20 @@ export interface InferenceLimits {
   streamTimeoutMs: number;
 }
 
-const modelObject = (m: ServedModel): ModelObject => ({ id: m.id, object: 'model', created: m.created, owned_by: m.ownedBy });
+const modelObject = (m: ServedModel): ModelObject => ({
+  id: m.id,
+  object: 'model',
+  created: m.created,
+  owned_by: m.ownedBy,
+  max_model_len: m.contextLength,
+  kind: m.kind,
+});
+
+/**
+ * The OpenAI-compatible routes live under both prefixes: `/v1` is the base URL every
+ * OpenAI-compatible tool assumes (vLLM, llama.cpp), `/api/v1` is the spec's. One handler each.
+ */
+export const INFERENCE_PREFIXES = ['/v1', '/api/v1'] as const;
 
 export function inferenceRoutes(engine: InferenceEngine, policies: Policies, limits: InferenceLimits): Route[] {
   const base = { family: 'inference' as const, auth: 'inference:use' };
@@ -30,12 +45,12 @@ export function inferenceRoutes(engine: InferenceEngine, policies: Policies, lim
     bodyBytesMax: limits.evalBodyBytesMax,
     handler: (ctx) => serveEvaluation(ctx, engine, policies, gateway),
   });
-  return [
-    { ...base, method: 'GET', path: '/api/v1/models', handler: (ctx) => ({ raw: listBody, headers: policies.admitLight(ctx) }) },
+  const openai = (prefix: string): Route[] => [
+    { ...base, method: 'GET', path: `${prefix}/models`, handler: (ctx) => ({ raw: listBody, headers: policies.admitLight(ctx) }) },
     {
       ...base,
       method: 'GET',
-      path: '/api/v1/models/*modelId',
+      path: `${prefix}/models/*modelId`,
       handler: (ctx) => {
         const m = engine.model(ctx.params.modelId!);
         if (!m) throw new ApiError('not_found', `model ${JSON.stringify(ctx.params.modelId)} does not exist`, { param: 'model', code: 'model_not_found' });
@@ -45,13 +60,27 @@ export function inferenceRoutes(engine: InferenceEngine, policies: Policies, lim
     {
       ...base,
       method: 'POST',
-      path: '/api/v1/chat/completions',
+      path: `${prefix}/chat/completions`,
       bodyBytesMax: limits.chatBodyBytesMax,
       // Streams and long generations end by their own deadline, not the default one.
       timeoutMs: limits.streamTimeoutMs,
       handler: (ctx) => serveChat(ctx, engine, policies),
     },
-    evalRoute('/api/v1/evaluations', false),
+    {
+      ...base,
+      method: 'POST',
+      path: `${prefix}/completions`,
+      bodyBytesMax: limits.chatBodyBytesMax,
+      timeoutMs: limits.streamTimeoutMs,
+      handler: (ctx) => serveCompletion(ctx, engine, policies),
+    },
+    evalRoute(`${prefix}/evaluations`, false),
+  ];
+  return [
+    ...INFERENCE_PREFIXES.flatMap(openai),
     evalRoute('/v4/ai/evaluation-model', true),
+    // vLLM serves these at the root.
+    { ...base, method: 'POST', path: '/tokenize', bodyBytesMax: limits.chatBodyBytesMax, handler: (ctx) => serveTokenize(ctx, engine, policies) },
+    { ...base, method: 'POST', path: '/detokenize', bodyBytesMax: limits.chatBodyBytesMax, handler: (ctx) => serveDetokenize(ctx, engine, policies) },
   ];
 }

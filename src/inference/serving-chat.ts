@@ -3,15 +3,24 @@ import { ApiError, invalid } from '../errors.js';
 import type { Ctx } from '../http/context.js';
 import type { Reply } from '../http/router.js';
 import { parse } from '../http/validate.js';
-import type { ChatMessage, GenerateEvent, ServedModel } from './engine-api.js';
+import type { ChatMessage, Cuts, GenerateEvent, LogitAdjust, ServedModel, TokenLogprob } from './engine-api.js';
 import type { Policies, Usage } from './policy-api.js';
-import { ChatCompletionRequest, type ChatCompletion, type ChatCompletionChunk, type FinishReason } from './protocol.js';
+import { ChatCompletionRequest, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type LogprobItem } from './protocol.js';
 import { SseStream } from './sse.js';
+import { responseGrammar, toolCallOf, toolPlan, type ToolPlan } from './structured.js';
+import { noteError } from '../http/respond.js';
+
+/** Time to first token (request arrival to the first token made), for the access log; answers false (not first any more). */
+function noteFirstToken(ctx: Ctx): false {
+  ctx.note({ ttftMs: Math.round((performance.now() - ctx.startedAt) * 10) / 10 });
+  return false;
+}
 
 /** What chat serving needs from the engine. */
 export interface ChatEngine {
   model(id: string): ServedModel | undefined;
   encodeChat(modelId: string, messages: ChatMessage[]): number[];
+  tokenBytes(modelId: string, id: number): Uint8Array;
   generate(modelId: string, req: import('./engine-api.js').GenerateRequest): AsyncGenerator<GenerateEvent>;
 }
 
@@ -26,26 +35,86 @@ export function resolveModel(engine: { model(id: string): ServedModel | undefine
   return m;
 }
 
+/** The cap on the completion and the context length (prompt + completion), each a 400 naming its field. */
+export function checkContext(model: ServedModel, promptLen: number, promptParam: string, maxTokens: number, maxParam: string): void {
+  if (maxTokens > model.maxTokensCap) throw invalid(maxParam, `must be at most ${model.maxTokensCap} for model ${model.id}`, maxTokens);
+  if (promptLen + maxTokens > model.contextLength) {
+    throw new ApiError(
+      'invalid',
+      `this model's maximum context length is ${model.contextLength} tokens; ${promptParam} has ${promptLen} tokens and ${maxParam} asks for ${maxTokens}`,
+      { param: promptLen >= model.contextLength ? promptParam : maxParam, code: 'context_length_exceeded' },
+    );
+  }
+}
+
+/** Turns the engine's token logprobs into OpenAI's items (token text, UTF-8 bytes, alternatives). */
+export function logprobItems(engine: ChatEngine, modelId: string): (ids: number[], lps: TokenLogprob[]) => LogprobItem[] {
+  const dec = new TextDecoder();
+  const piece = (id: number) => {
+    const bytes = engine.tokenBytes(modelId, id);
+    return { token: dec.decode(bytes), bytes: [...bytes] };
+  };
+  return (ids, lps) =>
+    lps.map((lp, i) => ({
+      ...piece(ids[i]!),
+      logprob: lp.logprob,
+      top_logprobs: lp.top.map(([id, logprob]) => ({ ...piece(id), logprob })),
+    }));
+}
+
+const callId = () => `call_${randomUUID().replace(/-/g, '').slice(0, 24)}`;
+
+/** Messages as the chat template takes them: `developer` is `system`, text parts joined. */
+export function chatMessages(ms: ChatCompletionRequest['messages']): ChatMessage[] {
+  return ms.map((m) => {
+    let content = m.content == null ? '' : typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join('');
+    // A tool call in the history is rendered as the model would have written it: {"name", "arguments"}.
+    for (const c of m.tool_calls ?? []) content += JSON.stringify({ name: c.function.name, arguments: safeJson(c.function.arguments) });
+    return { role: m.role === 'developer' ? 'system' : m.role, content };
+  });
+}
+
+function safeJson(s: string): unknown {
+  try {
+    return JSON.parse(s);
+  } catch {
+    return s;
+  }
+}
+
+/** top_k / min_p and logit_bias / penalties as the engine takes them; absent when they change nothing. */
+export function samplingOf(
+  req: { top_k?: number | null; min_p?: number | null; logit_bias?: Record<string, number> | null; presence_penalty?: number | null; frequency_penalty?: number | null },
+  model: ServedModel,
+): { cuts?: Cuts; adjust?: LogitAdjust } {
+  const bias: Array<[number, number]> = [];
+  for (const [k, v] of Object.entries(req.logit_bias ?? {})) {
+    const id = Number(k);
+    if (id >= model.vocabSize) throw invalid(`logit_bias.${k}`, `must be a token id below ${model.vocabSize}, the vocabulary size of ${model.id}`, k);
+    if (v !== 0) bias.push([id, v]);
+  }
+  const presence = req.presence_penalty ?? 0;
+  const frequency = req.frequency_penalty ?? 0;
+  const topK = req.top_k != null && req.top_k > 0 ? req.top_k : 0;
+  const minP = req.min_p ?? 0;
+  return {
+    ...(topK > 0 || minP > 0 ? { cuts: { topK, minP } } : {}),
+    ...(bias.length > 0 || presence !== 0 || frequency !== 0 ? { adjust: { bias, presence, frequency } } : {}),
+  };
+}
+
 export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies): Promise<Reply | undefined> {
   const req = parse(ChatCompletionRequest, await ctx.json());
   const model = resolveModel(engine, req.model, 'chat');
-  const messages: ChatMessage[] = req.messages.map((m) => ({
-    role: m.role === 'developer' ? 'system' : m.role,
-    content: m.content === null ? '' : typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join(''),
-  }));
+  ctx.note({ model: model.id, stream: req.stream === true });
+  const messages = chatMessages(req.messages);
   const maxParam = req.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
   const maxTokens = req.max_completion_tokens ?? req.max_tokens ?? model.maxTokensDefault;
-  if (maxTokens > model.maxTokensCap) throw invalid(maxParam, `must be at most ${model.maxTokensCap} for model ${model.id}`, maxTokens);
   const promptTokens = engine.encodeChat(model.id, messages);
-  if (promptTokens.length + maxTokens > model.contextLength) {
-    const what = promptTokens.length >= model.contextLength ? 'messages' : maxParam;
-    throw new ApiError(
-      'invalid',
-      `this model's maximum context length is ${model.contextLength} tokens; the messages take ${promptTokens.length} and ${maxParam} asks for ${maxTokens}`,
-      { param: what, code: 'context_length_exceeded' },
-    );
-  }
+  checkContext(model, promptTokens.length, 'messages', maxTokens, maxParam);
   const stop = req.stop == null ? [] : typeof req.stop === 'string' ? [req.stop] : req.stop;
+  const tool = toolPlan(req, model);
+  const grammar = tool?.grammar ?? responseGrammar(req.response_format, model);
   const admission = await policies.admit(ctx, model, promptTokens.length + maxTokens);
   const usage: Usage = { inputTokens: 0, outputTokens: 0 };
   let events: AsyncGenerator<GenerateEvent>;
@@ -56,10 +125,16 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
       temperature: req.temperature ?? 1,
       topP: req.top_p ?? 1,
       seed: req.seed ?? undefined,
+      ...samplingOf(req, model),
+      ...(req.logprobs ? { topLogprobs: req.top_logprobs ?? 0 } : {}),
+      ...(grammar ? { grammar } : {}),
       stop,
       signal: ctx.signal,
       // The engine reports what was really run, cancelled requests included: that is what is billed.
-      onEnd: (u) => admission.settle({ inputTokens: u.promptTokens, outputTokens: u.completionTokens }),
+      onEnd: (u) => {
+        ctx.note({ promptTokens: u.promptTokens, completionTokens: u.completionTokens });
+        admission.settle({ inputTokens: u.promptTokens, outputTokens: u.completionTokens });
+      },
     });
   } catch (e) {
     admission.settle({ inputTokens: 0, outputTokens: 0 });
@@ -68,21 +143,37 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
   const id = `chatcmpl-${randomUUID().replace(/-/g, '')}`;
   const created = Math.floor(Date.now() / 1000);
   const headers = { ...admission.headers, 'x-inference-id': id };
+  ctx.note({ inferenceId: id });
   try {
     if (req.stream) {
-      await streamChat(ctx, events, { id, created, model: model.id, includeUsage: req.stream_options?.include_usage === true }, headers, usage);
+      const meta = { id, created, model: model.id, includeUsage: req.stream_options?.include_usage === true, logprobs: req.logprobs ? logprobItems(engine, model.id) : undefined, tool };
+      await streamChat(ctx, events, meta, headers, usage);
       return undefined;
     }
     let text = '';
     let finish: FinishReason = 'stop';
+    const items: LogprobItem[] = [];
+    const toItem = logprobItems(engine, model.id);
+    let first = true;
     for await (const ev of events) {
-      if (ev.type === 'delta') text += ev.text;
+      if (ev.type === 'delta') {
+        if (first && ev.tokenIds.length) first = noteFirstToken(ctx);
+        text += ev.text;
+        if (ev.logprobs) items.push(...toItem(ev.tokenIds, ev.logprobs));
+      }
       else {
+        ctx.note({ finishReason: ev.finishReason });
         usage.inputTokens = ev.promptTokens;
         usage.outputTokens = ev.completionTokens;
         if (ev.finishReason === 'cancelled') throw new ApiError('timeout', 'generation was cancelled before it finished');
         finish = ev.finishReason;
       }
+    }
+    let message: ChatCompletion['choices'][0]['message'] = { role: 'assistant', content: text };
+    const call = tool && toolCallOf(tool, text, finish === 'stop');
+    if (call) {
+      message = { role: 'assistant', content: null, tool_calls: [{ id: callId(), type: 'function', function: call }] };
+      if (finish === 'stop') finish = 'tool_calls';
     }
     const body: ChatCompletion = {
       id,
@@ -90,7 +181,7 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
       created,
       model: model.id,
       system_fingerprint: null,
-      choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: finish, logprobs: null }],
+      choices: [{ index: 0, message, finish_reason: finish, logprobs: req.logprobs ? { content: items, refusal: null } : null }],
       usage: { prompt_tokens: usage.inputTokens, completion_tokens: usage.outputTokens, total_tokens: usage.inputTokens + usage.outputTokens },
     };
     return { body, headers };
@@ -102,33 +193,63 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
 async function streamChat(
   ctx: Ctx,
   events: AsyncGenerator<GenerateEvent>,
-  meta: { id: string; created: number; model: string; includeUsage: boolean },
+  meta: { id: string; created: number; model: string; includeUsage: boolean; logprobs: ReturnType<typeof logprobItems> | undefined; tool: ToolPlan | undefined },
   headers: Record<string, string>,
   usage: Usage,
 ): Promise<void> {
   const sse = new SseStream(ctx);
-  const chunk = (delta: ChatCompletionChunk['choices'][0]['delta'], finish: FinishReason | null): ChatCompletionChunk => ({
+  const chunk = (delta: ChatCompletionChunk['choices'][0]['delta'], finish: FinishReason | null, logprobs: ChoiceLogprobs = null): ChatCompletionChunk => ({
     id: meta.id,
     object: 'chat.completion.chunk',
     created: meta.created,
     model: meta.model,
     system_fingerprint: null,
-    choices: [{ index: 0, delta, finish_reason: finish, logprobs: null }],
+    choices: [{ index: 0, delta, finish_reason: finish, logprobs }],
     ...(meta.includeUsage ? { usage: null } : {}),
   });
   // Headers (rate limits included) go out before the first token.
   if (!sse.start(headers)) return events.return(undefined).then(() => undefined);
   try {
-    if (!(await sse.send(chunk({ role: 'assistant', content: '' }, null)))) return;
+    const tool = meta.tool;
+    if (!(await sse.send(chunk({ role: 'assistant', content: tool ? null : '' }, null)))) return;
+    let first = true;
+    // A named call streams its arguments as OpenAI does (the call's id and name first); a call
+    // whose function the model picks is sent whole at the end, once the name is known.
+    const toolId = callId();
+    let toolText = '';
+    let toolStarted = false;
+    const toolDelta = (args: string): ChatCompletionChunk['choices'][0]['delta'] => {
+      const d = { tool_calls: [toolStarted ? { index: 0, function: { arguments: args } } : { index: 0, id: toolId, type: 'function' as const, function: { name: tool!.name!, arguments: args } }] };
+      toolStarted = true;
+      return d;
+    };
     for await (const ev of events) {
       if (ev.type === 'delta') {
-        if (ev.text && !(await sse.send(chunk({ content: ev.text }, null)))) return; // client gone: finally cancels
+        if (first && ev.tokenIds.length) first = noteFirstToken(ctx);
+        // A token whose text is held back (a possible stop string) still reports its logprob, with empty content.
+        const lp = meta.logprobs && ev.logprobs ? { content: meta.logprobs(ev.tokenIds, ev.logprobs), refusal: null } : null;
+        if (tool) {
+          toolText += ev.text;
+          if (tool.name === undefined) continue;
+          if ((ev.text || lp) && !(await sse.send(chunk(toolDelta(ev.text), null, lp)))) return;
+          continue;
+        }
+        if ((ev.text || lp) && !(await sse.send(chunk({ content: ev.text }, null, lp)))) return; // client gone: finally cancels
         continue;
       }
       usage.inputTokens = ev.promptTokens;
       usage.outputTokens = ev.completionTokens;
+      ctx.note({ finishReason: ev.finishReason });
       if (ev.finishReason === 'cancelled') return;
-      await sse.send(chunk({}, ev.finishReason));
+      let finish: FinishReason = ev.finishReason;
+      if (tool) {
+        const call = toolCallOf(tool, toolText, finish === 'stop');
+        if (call && tool.name === undefined) await sse.send(chunk({ tool_calls: [{ index: 0, id: toolId, type: 'function', function: call }] }, null));
+        else if (call && !toolStarted) await sse.send(chunk(toolDelta(''), null));
+        else if (!call && toolText) await sse.send(chunk({ content: toolText }, null));
+        if (call && finish === 'stop') finish = 'tool_calls';
+      }
+      await sse.send(chunk({}, finish));
       if (meta.includeUsage) {
         await sse.send({
           id: meta.id, object: 'chat.completion.chunk', created: meta.created, model: meta.model, system_fingerprint: null, choices: [],
@@ -141,6 +262,7 @@ async function streamChat(
   } catch (e) {
     // The status line is gone already: report the error in-band, as OpenAI does, and end.
     const err = e instanceof ApiError ? e : new ApiError('internal', 'internal error during generation');
+    noteError(ctx, err);
     await sse.send({ error: { message: err.message, type: 'server_error', code: err.code ?? null } });
     ctx.endStream();
     if (!(e instanceof ApiError)) throw e;

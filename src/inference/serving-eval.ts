@@ -25,11 +25,13 @@ export async function serveEvaluation(
   gateway: boolean,
 ): Promise<Reply> {
   const inferenceId = `eval-${randomUUID()}`;
+  ctx.note({ inferenceId, stream: false });
   try {
     const req = parse(EvaluationRequest, await ctx.json());
     const modelId = req.model ?? (gateway ? ctx.header('ai-model-id') : undefined);
     if (!modelId) throw invalid('model', gateway ? 'is required, in the body or in the ai-model-id header' : 'is required', req.model);
     const model = resolveModel(engine, modelId, 'evaluation');
+    ctx.note({ model: model.id });
     const plan = planEvaluation(engine, model, req);
     const version = ctx.header('ai-evaluation-model-specification-version');
     if (version !== undefined && version !== SPEC_VERSION) {
@@ -44,6 +46,7 @@ export async function serveEvaluation(
       const body: EvaluationResponse = { answers: result.answers, model: model.id, usage: result.usage, warnings: result.warnings };
       return { body, headers: { ...admission.headers, 'x-inference-id': inferenceId } };
     } finally {
+      ctx.note({ promptTokens: processed, completionTokens: 0 });
       admission.settle({ inputTokens: processed, outputTokens: 0 });
     }
   } catch (e) {

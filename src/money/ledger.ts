@@ -155,7 +155,7 @@ export const meterCharged = counter({
   name: 'meter_charged_units_total',
   help: 'Pod and disk charges posted by metering, in units of USD x 10000',
   labelNames: ['resource_type'],
-});
+}, 'platform');
 
 /**
  * Charges meters up to `upto` (never past their end): each meter's ledger total

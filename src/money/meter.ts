@@ -18,8 +18,8 @@ const WALLETS_PER_TX = 100;
 /** One tick visits at most this many wallets; the rest wait for the next tick (bounds one tick's work). */
 const WALLETS_PER_TICK_MAX = 50_000;
 
-const runs = counter({ name: 'meter_runs_total', help: 'Meter loop runs, by outcome', labelNames: ['outcome'] });
-const runSeconds = histogram({ name: 'meter_run_seconds', help: 'Duration of one meter loop run', buckets: [0.001, 0.005, 0.02, 0.1, 0.5, 2, 10] });
+const runs = counter({ name: 'meter_runs_total', help: 'Meter loop runs, by outcome', labelNames: ['outcome'] }, 'platform');
+const runSeconds = histogram({ name: 'meter_run_seconds', help: 'Duration of one meter loop run', buckets: [0.001, 0.005, 0.02, 0.1, 0.5, 2, 10] }, 'platform');
 
 export interface MeterRun {
   wallets: number;

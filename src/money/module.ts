@@ -8,6 +8,9 @@ import { moneyRoutes } from './routes.js';
 // Money as a daemon module: the meter loop (at start, every METER_INTERVAL_MS,
 // and once more at shutdown), hourly housekeeping (monthly invoices, expired
 // idempotency keys), and the money routes.
+/** How long a stop waits for the last meter run. */
+const METER_STOP_WAIT_MS = 1_500;
+
 export const moneyModule: Module = {
   name: 'money',
   async init(s) {
@@ -26,7 +29,10 @@ export const moneyModule: Module = {
     timer.unref();
     s.onShutdown(async () => {
       clearInterval(timer);
-      await meter.stop();
+      // Bounded: meters live in the database, so a last run that cannot reach it loses nothing
+      // (the next start charges the interval); waiting longer would only overrun the stop budget.
+      const done = await Promise.race([meter.stop().then(() => true, () => false), new Promise<boolean>((r) => setTimeout(() => r(false), METER_STOP_WAIT_MS).unref())]);
+      if (!done) log.warn('last meter run did not finish at stop; the next start charges its interval');
     });
     return { platform: moneyRoutes(s.sql) };
   },

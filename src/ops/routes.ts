@@ -1,14 +1,33 @@
 import type { Route } from '../http/router.js';
 import { ApiError } from '../errors.js';
-import { registry } from '../metrics.js';
+import fs from 'node:fs';
+import { gauge, registries, type MetricsPort } from '../metrics.js';
+
+// The daemon's version, from its package.json (dist/src/ops -> the repository root), read once.
+export const VERSION: string = (() => {
+  try {
+    return JSON.parse(fs.readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')).version ?? 'unknown';
+  } catch {
+    return 'unknown';
+  }
+})();
 
 /** A named readiness check: resolves when that part can serve, throws with a reason when not. */
 export type ReadyCheck = { name: string; check: () => Promise<void> };
 
-export function opsRoutes(checks: ReadyCheck[], isShuttingDown: () => boolean): Route[] {
+export function opsRoutes(checks: ReadyCheck[], isShuttingDown: () => boolean, port: MetricsPort): Route[] {
+  const registry = registries[port];
+  // One build-info series per port (they differ in `server`), so either scrape alone says what runs.
+  gauge({ name: 'cloudgate_build_info', help: 'Always 1: the daemon version and Node.js version serving this port', labelNames: ['server', 'version', 'node_version'] }, port).set(
+    { server: port, version: VERSION, node_version: process.version },
+    1,
+  );
   const base = { method: 'GET' as const, family: 'platform' as const, auth: 'public' };
   return [
     { ...base, path: '/healthz', handler: () => ({ body: { status: 'ok' } }) },
+    // vLLM's and llama.cpp's liveness path, for tools that probe it.
+    { ...base, path: '/health', handler: () => ({ body: { status: 'ok' } }) },
+    { ...base, path: '/version', handler: () => ({ body: { version: VERSION } }) },
     {
       ...base,
       path: '/readyz',

@@ -200,3 +200,91 @@ export async function findGpuOffers(sql: Sql, cloudId: string): Promise<readonly
   offerCache.set(cloudId, { rows: [...rows], until: Date.now() + OFFER_CACHE_TTL_MS });
   return rows;
 }
+
+/**
+ * Multi-node offers (GET /availability/multi-node; Prime's CLI merges them into
+ * `availability list`). One offer per inventory cluster that can be rented whole
+ * now: at least MULTI_NODE_NODES_MIN nodes with an ACTIVE assignment (a PENDING
+ * one has not joined the fabric yet), all of one GPU type, socket and GPU count,
+ * each node ACTIVE, under contract and with every GPU free. It is priced and
+ * specified as the data center's cheapest whole-node offer times the node count
+ * (vcpu, memory and disk specs stay per node, as Prime lists them); its cloudId
+ * is the cluster id. These offers are listed for discovery: creating a pod takes
+ * single-node offers only.
+ */
+export const MULTI_NODE_NODES_MIN = 2;
+
+export async function listMultiNodeOffers(sql: Sql, f: GpuFilters, page: number, pageSize: number): Promise<{ items: ReturnType<typeof gpuOfferRecord>[]; totalCount: number }> {
+  if (f.diskLocation === null) return { items: [], totalCount: 0 };
+  const loc = f.diskLocation;
+  // The outer select repeats cloud_id, gpu_count and on_demand_units after pr.*:
+  // the later (whole-cluster) value is the one a row keeps.
+  const rows = await sql<(GpuOfferRow & { node_count: number })[]>`
+    WITH live AS (
+      SELECT c.id AS cluster_id, c.data_center_id, min(n.gpu_type) AS gpu_type, min(n.socket) AS socket,
+             min(n.gpu_count) AS per_node, count(*)::int AS node_count
+      FROM clusters c
+      JOIN cluster_assignments a ON a.cluster_id = c.id AND a.ended_at IS NULL AND a.status = 'ACTIVE'
+      JOIN nodes n ON n.id = a.node_id
+      GROUP BY c.id
+      HAVING count(*) >= ${MULTI_NODE_NODES_MIN}
+         AND bool_and(n.status = 'ACTIVE' AND n.contract_id IS NOT NULL AND n.free_gpus = n.gpu_count)
+         AND count(DISTINCT n.gpu_type) = 1 AND count(DISTINCT n.socket) = 1 AND count(DISTINCT n.gpu_count) = 1
+    ), priced AS (
+      SELECT DISTINCT ON (l.cluster_id) l.cluster_id, l.node_count, o.*
+      FROM live l JOIN gpu_offers o
+        ON o.data_center_id = l.data_center_id AND o.gpu_type = l.gpu_type AND o.socket = l.socket AND o.gpu_count = l.per_node AND o.active
+      ORDER BY l.cluster_id, o.on_demand_units, o.id
+    )
+    SELECT pr.*, pr.cluster_id AS cloud_id, (pr.gpu_count * pr.node_count)::int AS gpu_count,
+           (pr.on_demand_units * pr.node_count)::bigint AS on_demand_units,
+           dc.region, dc.country, p.max_disks_per_pod, p.driver, 1 AS placements, count(*) OVER ()::int AS total_count
+    FROM priced pr
+    JOIN data_centers dc ON dc.id = pr.data_center_id
+    JOIN providers p ON p.id = pr.provider_id
+    WHERE true
+      ${f.regions.length ? sql`AND dc.region = ANY(${f.regions})` : sql``}
+      ${f.gpuCount !== undefined ? sql`AND pr.gpu_count * pr.node_count = ${f.gpuCount}` : sql``}
+      ${f.gpuType ? sql`AND pr.gpu_type = ${f.gpuType}` : sql``}
+      ${f.socket ? sql`AND pr.socket = ${f.socket}` : sql``}
+      ${f.security ? sql`AND pr.security = ${f.security}` : sql``}
+      ${f.dataCenterId ? sql`AND pr.data_center_id = ${f.dataCenterId}` : sql``}
+      ${f.cloudId ? sql`AND pr.cluster_id = ${f.cloudId}` : sql``}
+      ${loc ? sql`AND pr.provider_id = ${loc.providerId} AND pr.data_center_id = ${loc.dataCenterId} AND p.max_disks_per_pod >= ${loc.count}` : sql``}
+    ORDER BY pr.on_demand_units * pr.node_count, pr.cluster_id
+    LIMIT ${pageSize} OFFSET ${(page - 1) * pageSize}`;
+  const totalCount: number = rows[0]?.total_count ?? (page > 1 ? (await listMultiNodeOffers(sql, f, 1, 1)).totalCount : 0);
+  return { items: rows.map(gpuOfferRecord), totalCount };
+}
+
+/** One price cell of the summary: the cheapest offer of each kind, null where there is none. */
+interface PriceCell {
+  onDemand: number | null;
+  communityPrice: number | null;
+  spotPrice: number | null;
+}
+
+/**
+ * GET /availability/gpu-summary, in the shape of Prime's (prime CLI
+ * tests/data/availability_summary.json): `{gpuType: {gpuCount: {cheapest: cell,
+ * region: cell}}}` over the offers available now. `onDemand` is the cheapest
+ * non-spot secure-cloud price, `communityPrice` the cheapest community-cloud one,
+ * `spotPrice` the cheapest spot one (USD per hour); the CLI reads only the keys.
+ */
+export async function gpuSummary(sql: Sql) {
+  const rows = await queryGpuOffers(sql, { regions: [] }, 1_000_000, 0);
+  const out: Record<string, Record<string, Record<string, PriceCell>>> = {};
+  const lower = (a: number | null, b: number | null) => (a === null ? b : b === null ? a : Math.min(a, b));
+  for (const o of rows) {
+    const byCount = (out[o.gpu_type] ??= {});
+    const cells = (byCount[String(o.gpu_count)] ??= {});
+    const price = usd(o.on_demand_units);
+    for (const k of ['cheapest', o.region]) {
+      const c = (cells[k] ??= { onDemand: null, communityPrice: null, spotPrice: null });
+      if (o.is_spot) c.spotPrice = lower(c.spotPrice, price);
+      else if (o.security === 'community_cloud') c.communityPrice = lower(c.communityPrice, price);
+      else c.onDemand = lower(c.onDemand, price);
+    }
+  }
+  return out;
+}

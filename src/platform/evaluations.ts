@@ -3,7 +3,7 @@ import { ApiError, conflict, invalid, notFound } from '../errors.js';
 import type { Sql, Tx } from '../db/index.js';
 import { newId } from '../ids.js';
 import { iso } from './common.js';
-import type { CreateEvaluationBody } from './protocol.js';
+import type { CreateEvaluationBody, UpdateEvaluationBody } from './protocol.js';
 import { isMember } from './teams.js';
 
 // Evaluation records (SPEC 4.6; DESIGN.md "Evaluation records"): a client
@@ -107,6 +107,31 @@ export async function listEvaluations(sql: Sql, userId: string, teamId: string |
     total = c!.n;
   }
   return { evaluations: rows.map(record), total, skip, limit };
+}
+
+/**
+ * PUT: replaces the fields sent (see UpdateEvaluationBody). Allowed on a
+ * finalized record too: renaming or tagging a finished run changes no result.
+ */
+export async function updateEvaluation(sql: Sql, userId: string, id: string, b: UpdateEvaluationBody) {
+  const j = (v: unknown) => (v === null || v === undefined ? null : sql.json(v as never));
+  const has = (k: keyof UpdateEvaluationBody) => b[k] !== undefined;
+  const [e] = await sql<EvalRow[]>`
+    UPDATE evaluations e SET
+      name = CASE WHEN ${has('name')} THEN ${b.name ?? null} ELSE e.name END,
+      model_name = CASE WHEN ${has('model_name')} THEN ${b.model_name ?? null} ELSE e.model_name END,
+      dataset = CASE WHEN ${has('dataset')} THEN ${b.dataset ?? null} ELSE e.dataset END,
+      framework = CASE WHEN ${has('framework')} THEN ${b.framework ?? null} ELSE e.framework END,
+      task_type = CASE WHEN ${has('task_type')} THEN ${b.task_type ?? null} ELSE e.task_type END,
+      description = CASE WHEN ${has('description')} THEN ${b.description ?? null} ELSE e.description END,
+      tags = CASE WHEN ${has('tags')} THEN ${b.tags ?? []}::text[] ELSE e.tags END,
+      metadata = CASE WHEN ${has('metadata')} THEN ${j(b.metadata)}::jsonb ELSE e.metadata END,
+      metrics = CASE WHEN ${has('metrics')} THEN ${j(b.metrics)}::jsonb ELSE e.metrics END,
+      updated_at = now()
+    WHERE e.id = ${id} AND ${visible(sql, userId)}
+    RETURNING e.*`;
+  if (!e) throw notFound('evaluation', id);
+  return record(e);
 }
 
 /** Locks a record the caller may write and refuses one that is finalized. */

@@ -464,6 +464,8 @@ export async function podStatuses(sql: Sql, userId: string, ids: string[]) {
       status: p.status,
       sshConnection: p.ssh_connection,
       costPerHr: usd(costPerHrUnits(p)),
+      // Prime's CLI reads the same figure as `priceHr` (prime_cli/api/pods.py PodStatus.cost_per_hr).
+      priceHr: usd(costPerHrUnits(p)),
       primePortMapping: p.port_mapping,
       ip: p.ip,
       installationFailure: p.installation_failure,

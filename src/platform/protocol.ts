@@ -88,6 +88,27 @@ export const CreateEvaluationBody = z.object({
   is_public: z.boolean('must be a boolean').nullish(),
 });
 
+/**
+ * PUT /evaluations/{id}: the fields prime-evals' update_evaluation sends (it drops
+ * the ones left None and always sends tags). A field sent replaces the stored one,
+ * a field absent is kept; other keys are refused, not ignored.
+ */
+export const UpdateEvaluationBody = z.strictObject(
+  {
+    name: name.min(1, 'must not be empty').optional(),
+    model_name: name.nullish(),
+    dataset: name.nullish(),
+    framework: name.nullish(),
+    task_type: name.nullish(),
+    description: z.string().max(10_000, 'must be at most 10000 characters').nullish(),
+    tags: z.array(name).max(100, 'must list at most 100 tags').nullish(),
+    metadata: z.record(z.string(), z.unknown()).nullish(),
+    metrics: z.record(z.string(), z.unknown()).nullish(),
+  },
+  'must be an object of name, model_name, dataset, framework, task_type, description, tags, metadata, metrics',
+);
+export type UpdateEvaluationBody = z.infer<typeof UpdateEvaluationBody>;
+
 export const FinalizeEvaluationBody = z
   .object({ metrics: z.record(z.string(), z.unknown()).nullish() })
   .nullish();

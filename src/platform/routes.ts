@@ -2,14 +2,16 @@ import type { Sql } from '../db/index.js';
 import { notFound } from '../errors.js';
 import { platformRoute, type Route } from '../http/router.js';
 import { parse } from '../http/validate.js';
-import { listDiskOffers, listGpuOffers } from './availability.js';
+import { gpuSummary, listDiskOffers, listGpuOffers, listMultiNodeOffers, type GpuFilters } from './availability.js';
+import type { Ctx, Query } from '../http/context.js';
+import { whoami } from '../auth/whoami.js';
 import { offsetPage, queryInt, queryList, queryStr } from './common.js';
 import { diskVisible } from './access.js';
 import { createDisk, deleteDisk, getDisk, listDisks, renameDisk } from './disks.js';
-import { createEvaluation, finalizeEvaluation, getEvaluation, listEvaluations, pushSamples, sampleTexts } from './evaluations.js';
+import { createEvaluation, finalizeEvaluation, updateEvaluation, getEvaluation, listEvaluations, pushSamples, sampleTexts } from './evaluations.js';
 import { cachedRead } from './pod-reads.js';
 import { createPod, deletePod, getPod, listPods, podHistory, podStatuses, STATUS_IDS_MAX } from './pods.js';
-import { CreateDiskBody, CreateEvaluationBody, CreatePodBody, FinalizeEvaluationBody, GPU_COUNT_MAX, PatchDiskBody, POD_DISKS_MAX, PushSamplesBody } from './protocol.js';
+import { CreateDiskBody, CreateEvaluationBody, CreatePodBody, FinalizeEvaluationBody, UpdateEvaluationBody, GPU_COUNT_MAX, PatchDiskBody, POD_DISKS_MAX, PushSamplesBody } from './protocol.js';
 import type { Providers } from './providers/index.js';
 import { myTeams, teamMembers } from './teams.js';
 
@@ -34,52 +36,59 @@ const SAMPLES_LIMIT_MAX = 1000;
 /** Region filters: there are a handful of regions; more values than this is not a real query. */
 const REGIONS_MAX = 50;
 
+const availabilityPage = (q: Query) => ({
+  page: queryInt(q, 'page', 1, 1, PAGE_MAX),
+  pageSize: queryInt(q, 'page_size', PAGE_SIZE_DEFAULT, 1, PAGE_SIZE_MAX),
+});
+
 export function platformRoutes(sql: Sql, providers: Providers, samplesBodyBytesMax: number): Route[] {
   const r = platformRoute;
   const ok = (body: unknown, status = 200) => ({ status, body });
   /** A body already serialised (by PostgreSQL, on the hot read routes). */
   const raw = (text: string) => ({ raw: text, contentType: 'application/json' });
 
+  /** The filters /gpus and /multi-node share (the CLI sends the same to both). */
+  const gpuFilters = async (ctx: Ctx): Promise<GpuFilters> => {
+    const q = ctx.query;
+    const diskIds = queryList(q, 'disks', POD_DISKS_MAX);
+    let diskLocation: GpuFilters['diskLocation'];
+    if (diskIds.length) {
+      const rows = await sql<{ id: string; provider_id: string; data_center_id: string }[]>`
+        SELECT d.id, d.provider_id, d.data_center_id FROM disks d
+        WHERE d.id = ANY(${diskIds}) AND d.terminated_at IS NULL AND ${diskVisible(sql, ctx.principal.userId)}`;
+      const missing = diskIds.find((id) => !rows.some((d) => d.id === id));
+      if (missing) throw notFound('disk', missing);
+      const places = new Set(rows.map((d) => `${d.provider_id}\n${d.data_center_id}`));
+      // Disks in different places can never attach to one pod: no offer fits.
+      diskLocation = places.size === 1 ? { providerId: rows[0]!.provider_id, dataCenterId: rows[0]!.data_center_id, count: rows.length } : null;
+    }
+    return {
+      regions: queryList(q, 'regions', REGIONS_MAX),
+      gpuCount: q.get('gpu_count') ? queryInt(q, 'gpu_count', 1, 1, GPU_COUNT_MAX) : undefined,
+      gpuType: queryStr(q, 'gpu_type'),
+      socket: queryStr(q, 'socket'),
+      security: queryStr(q, 'security'),
+      dataCenterId: queryStr(q, 'data_center_id'),
+      cloudId: queryStr(q, 'cloud_id'),
+      diskLocation,
+    };
+  };
+
   return [
     // ---- availability ----
     r('GET', '/api/v1/availability/gpus', 'availability:read', async (ctx) => {
-      const q = ctx.query;
-      const page = queryInt(q, 'page', 1, 1, PAGE_MAX);
-      const pageSize = queryInt(q, 'page_size', PAGE_SIZE_DEFAULT, 1, PAGE_SIZE_MAX);
-      const diskIds = queryList(q, 'disks', POD_DISKS_MAX);
-      let diskLocation: { providerId: string; dataCenterId: string; count: number } | null | undefined;
-      if (diskIds.length) {
-        const rows = await sql<{ id: string; provider_id: string; data_center_id: string }[]>`
-          SELECT d.id, d.provider_id, d.data_center_id FROM disks d
-          WHERE d.id = ANY(${diskIds}) AND d.terminated_at IS NULL AND ${diskVisible(sql, ctx.principal.userId)}`;
-        const missing = diskIds.find((id) => !rows.some((d) => d.id === id));
-        if (missing) throw notFound('disk', missing);
-        const places = new Set(rows.map((d) => `${d.provider_id}\n${d.data_center_id}`));
-        // Disks in different places can never attach to one pod: no offer fits.
-        diskLocation = places.size === 1 ? { providerId: rows[0]!.provider_id, dataCenterId: rows[0]!.data_center_id, count: rows.length } : null;
-      }
-      return ok(
-        await listGpuOffers(
-          sql,
-          {
-            regions: queryList(q, 'regions', REGIONS_MAX),
-            gpuCount: q.get('gpu_count') ? queryInt(q, 'gpu_count', 1, 1, GPU_COUNT_MAX) : undefined,
-            gpuType: queryStr(q, 'gpu_type'),
-            socket: queryStr(q, 'socket'),
-            security: queryStr(q, 'security'),
-            dataCenterId: queryStr(q, 'data_center_id'),
-            cloudId: queryStr(q, 'cloud_id'),
-            diskLocation,
-          },
-          page,
-          pageSize,
-        ),
-      );
+      const { page, pageSize } = availabilityPage(ctx.query);
+      return ok(await listGpuOffers(sql, await gpuFilters(ctx), page, pageSize));
     }),
+    // Prime's CLI asks for both lists on every `availability list` and merges them.
+    r('GET', '/api/v1/availability/multi-node', 'availability:read', async (ctx) => {
+      const { page, pageSize } = availabilityPage(ctx.query);
+      return ok(await listMultiNodeOffers(sql, await gpuFilters(ctx), page, pageSize));
+    }),
+    r('GET', '/api/v1/availability/gpu-summary', 'availability:read', async () => ok(await gpuSummary(sql))),
     r('GET', '/api/v1/availability/disks', 'availability:read', async (ctx) => {
       const q = ctx.query;
-      const page = queryInt(q, 'page', 1, 1, PAGE_MAX);
-      const pageSize = queryInt(q, 'page_size', PAGE_SIZE_DEFAULT, 1, PAGE_SIZE_MAX);
+      const { page, pageSize } = availabilityPage(q);
       return ok(
         await listDiskOffers(sql, { regions: queryList(q, 'regions', REGIONS_MAX), dataCenterId: queryStr(q, 'data_center_id'), cloudId: queryStr(q, 'cloud_id') }, page, pageSize),
       );
@@ -112,6 +121,8 @@ export function platformRoutes(sql: Sql, providers: Providers, samplesBodyBytesM
     r('DELETE', '/api/v1/disks/:diskId', 'disks:write', async (ctx) => ok(await deleteDisk(sql, providers, ctx.principal.userId, ctx.params.diskId!))),
 
     // ---- teams ----
+    // Any valid key may ask who it belongs to (Prime's `prime whoami` and `prime login`).
+    r('GET', '/api/v1/user/whoami', 'authenticated', async (ctx) => ok(await whoami(sql, ctx.principal))),
     r('GET', '/api/v1/user/teams', 'teams:read', async (ctx) => ok(await myTeams(sql, ctx.principal.userId, offsetPage(ctx.query, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX)))),
     r('GET', '/api/v1/teams/:teamId/members', 'teams:read', async (ctx) =>
       ok(await teamMembers(sql, ctx.params.teamId!, ctx.principal.userId, offsetPage(ctx.query, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX))),
@@ -129,6 +140,9 @@ export function platformRoutes(sql: Sql, providers: Providers, samplesBodyBytesM
       return ok(await listEvaluations(sql, ctx.principal.userId, queryStr(q, 'team_id'), skip, limit));
     }),
     r('GET', '/api/v1/evaluations/:evaluationId', 'evaluations:read', async (ctx) => ok(await getEvaluation(sql, ctx.principal.userId, ctx.params.evaluationId!))),
+    r('PUT', '/api/v1/evaluations/:evaluationId', 'evaluations:write', async (ctx) =>
+      ok(await updateEvaluation(sql, ctx.principal.userId, ctx.params.evaluationId!, parse(UpdateEvaluationBody, await ctx.json()))),
+    ),
     r('POST', '/api/v1/evaluations/:evaluationId/finalize', 'evaluations:write', async (ctx) => {
       const b = parse(FinalizeEvaluationBody, await ctx.json());
       return ok(await finalizeEvaluation(sql, ctx.principal.userId, ctx.params.evaluationId!, b?.metrics));

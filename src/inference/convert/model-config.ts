@@ -10,7 +10,8 @@ import type { LlamaConfig } from './llama2c.js';
 export type ModelKind = ServedModel['kind'];
 
 /** cloudgate.json: what the engine serves the model as (`created` in unix seconds). */
-export type CloudgateModelConfig = ServedModel;
+// The vocabulary size is read from the graph at load, not written in cloudgate.json.
+export type CloudgateModelConfig = Omit<ServedModel, 'vocabSize' | 'structuredOutput'>;
 
 export interface SourceRecord {
   /** sha256 over the converter version, inputs and options */

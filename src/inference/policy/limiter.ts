@@ -6,7 +6,7 @@ const refusals = counter({
   name: 'inference_rate_limit_refusals_total',
   help: 'Inference requests refused with 429 by a rate limit, by limit kind',
   labelNames: ['limit'],
-});
+}, 'inference');
 
 export interface Limits {
   requestsPerMinute: number;

@@ -6,6 +6,7 @@ import type { ServedModel } from '../engine-api.js';
 import type { Admission, Policies, Usage } from '../policy-api.js';
 import type { Charger } from './charger.js';
 import type { Limits, RateLimiter } from './limiter.js';
+import { requestedTeam } from './team-header.js';
 
 // A wallet's balance is re-read at most this often per wallet: the 402 check
 // costs no DB round trip per request, and a wallet that runs dry is refused
@@ -77,8 +78,9 @@ export class GatewayPolicies implements Policies {
   async admit(ctx: Ctx, model: ServedModel, reservedTokens: number): Promise<Admission> {
     const p = ctx.principal;
     const now = this.clock();
-    const teamId = ctx.header('x-service-team-id')?.trim() || null;
-    if (teamId) {
+    const team = requestedTeam(ctx);
+    const teamId = team?.teamId ?? null;
+    if (team && teamId) {
       // Only memberships are cached: a user just added to a team is let in on the next request.
       const key = `${teamId}\u0000${p.userId}`;
       const member = await this.members.get(key, now, async () => {
@@ -87,12 +89,13 @@ export class GatewayPolicies implements Policies {
       });
       if (!member) this.members.delete(key);
       if (!member) {
-        throw new ApiError('forbidden', `X-Service-Team-ID names team ${JSON.stringify(teamId)}, which this API key's user is not a member of`, {
-          param: 'x-service-team-id',
+        throw new ApiError('forbidden', `${team.header} names team ${JSON.stringify(teamId)}, which this API key's user is not a member of`, {
+          param: team.header,
           code: 'team_access_denied',
         });
       }
     }
+    if (teamId) ctx.note({ team: teamId });
     const ownerKey = teamId ? `t:${teamId}` : `u:${p.userId}`;
     const walletId = await this.wallets.get(ownerKey, now, async () => {
       const r = teamId

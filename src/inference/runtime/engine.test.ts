@@ -4,7 +4,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApiError } from '../../errors.js';
-import { registry } from '../../metrics.js';
+import { registries } from '../../metrics.js';
 import type { GenerateEvent } from '../engine-api.js';
 import { ensureDefaultModels } from '../convert/default-models.js';
 import { Engine } from './engine.js';
@@ -46,8 +46,8 @@ const prompt = (i: number) => engine.encodeChat(gen(), [{ role: 'user', content:
 const greedy = (tokens: number[], maxTokens = 12, extra = {}) => engine.generate(gen(), { promptTokens: tokens, maxTokens, temperature: 0, topP: 1, stop: [], ...extra });
 
 async function gaugeValue(name: string, model: string): Promise<number> {
-  const m = await registry.getSingleMetric(name)!.get();
-  return m.values.find((v) => v.labels.model === model)?.value ?? 0;
+  const m = await registries.inference.getSingleMetric(name)!.get();
+  return m.values.find((v) => v.labels.model_name === model)?.value ?? 0;
 }
 
 describe('engine', () => {
@@ -89,16 +89,16 @@ describe('engine', () => {
       await it.return(undefined);
     }
     expect((await Promise.all(running)).map((r) => r.ids)).toEqual(refs);
-    for (let i = 0; i < 20 && (await gaugeValue('engine_running_sequences', gen())) > 0; i++) await new Promise((r) => setTimeout(r, 10));
-    expect(await gaugeValue('engine_running_sequences', gen())).toBe(0);
+    for (let i = 0; i < 20 && (await gaugeValue('vllm:num_requests_running', gen())) > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(await gaugeValue('vllm:num_requests_running', gen())).toBe(0);
   });
 
   it('frees the slot of a sequence whose consumer stops, within a step', async () => {
     const it = greedy(prompt(1), 400);
     let n = 0;
     for await (const ev of it) if (ev.type === 'delta' && ++n === 3) break;
-    for (let i = 0; i < 20 && (await gaugeValue('engine_running_sequences', gen())) > 0; i++) await new Promise((r) => setTimeout(r, 10));
-    expect(await gaugeValue('engine_running_sequences', gen())).toBe(0);
+    for (let i = 0; i < 20 && (await gaugeValue('vllm:num_requests_running', gen())) > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(await gaugeValue('vllm:num_requests_running', gen())).toBe(0);
   });
 
   it('cancels on abort before the first read', async () => {
@@ -106,8 +106,8 @@ describe('engine', () => {
     const it = greedy(prompt(2), 400, { signal: ac.signal });
     ac.abort();
     await it.return(undefined);
-    for (let i = 0; i < 20 && (await gaugeValue('engine_running_sequences', gen())) > 0; i++) await new Promise((r) => setTimeout(r, 10));
-    expect(await gaugeValue('engine_running_sequences', gen())).toBe(0);
+    for (let i = 0; i < 20 && (await gaugeValue('vllm:num_requests_running', gen())) > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(await gaugeValue('vllm:num_requests_running', gen())).toBe(0);
   });
 
   it('reproduces a sampled completion with the same seed, also inside a batch', async () => {
@@ -184,7 +184,7 @@ describe('engine backpressure', () => {
       const p = small.encodeChat(CHAT, [{ role: 'user', content: 'a slow reader' }]);
       const g = () => small.generate(CHAT, { promptTokens: p, maxTokens: 40, temperature: 0, topP: 1, stop: [] });
       const reference = await collect(g());
-      const base = await gaugeValue('engine_generated_tokens_total', CHAT);
+      const base = await gaugeValue('vllm:generation_tokens_total', CHAT);
       const slow = g();
       const first = await slow.next(); // one event read, then nothing
       expect(first.value?.type).toBe('delta');
@@ -194,7 +194,7 @@ describe('engine backpressure', () => {
       await new Promise((r) => setTimeout(r, 50));
       // The other stream's 40 tokens, and the slow one's: at most pendingTokensMax unread, plus
       // what the worker ran ahead before the scheduler looked again (decodeRunStepsMax), plus the one read.
-      const held = (await gaugeValue('engine_generated_tokens_total', CHAT)) - base - 40;
+      const held = (await gaugeValue('vllm:generation_tokens_total', CHAT)) - base - 40;
       expect(held).toBeGreaterThanOrEqual(1);
       expect(held).toBeLessThanOrEqual(4 + 4 + 1);
       const rest = await collect(slow);

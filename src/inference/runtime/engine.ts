@@ -55,7 +55,9 @@ export class Engine implements InferenceEngine {
         if (models.has(c.id)) throw new Error(`duplicate model id ${c.id}`);
         const text = new ModelText(dir);
         const branchPath = path.join(dir, BRANCH_FILE);
+        const tokenTexts = text.tokenTexts();
         const runner = await Runner.start({
+          tokenTexts,
           modelPath: path.join(dir, 'model.onnx'),
           branchModelPath: c.kind === 'evaluation' && fs.existsSync(branchPath) ? branchPath : undefined,
           executionProvider: cfg.executionProvider,
@@ -66,6 +68,8 @@ export class Engine implements InferenceEngine {
           id: c.id,
           kind: c.kind,
           contextLength: c.contextLength,
+          vocabSize: runner.arch.vocab,
+          structuredOutput: tokenTexts !== undefined,
           maxTokensCap: c.maxTokensCap ?? c.contextLength,
           maxTokensDefault: Math.min(c.maxTokensDefault ?? 256, c.maxTokensCap ?? c.contextLength),
           prices: c.prices,
@@ -102,6 +106,28 @@ export class Engine implements InferenceEngine {
 
   encode(modelId: string, text: string): number[] {
     return this.get(modelId).text.encode(text);
+  }
+
+  /** Plain text; with special tokens, BOS first as the model's tokenizer config says (vLLM's /tokenize). */
+  encodeText(modelId: string, text: string, addSpecialTokens: boolean): number[] {
+    const t = this.get(modelId).text;
+    return addSpecialTokens ? [...t.bosTokens(), ...t.encode(text)] : t.encode(text);
+  }
+
+  decode(modelId: string, ids: number[]): string {
+    return this.get(modelId).text.decode(ids);
+  }
+
+  /** Each token's own vocabulary entry (e.g. `▁Once`), as vLLM's token_strs. */
+  tokenStrings(modelId: string, ids: number[]): string[] {
+    const tok = this.get(modelId).text.tokenizer;
+    return ids.map((id) => tok.id_to_token(id) ?? '');
+  }
+
+  /** The bytes each token adds to text (a byte-fallback token is its one byte), for logprobs. */
+  tokenBytes(modelId: string, id: number): Uint8Array {
+    const t = this.get(modelId).text;
+    return t.pieces?.[id] ?? new TextEncoder().encode(t.decode([id]));
   }
 
   bosTokens(modelId: string): number[] {

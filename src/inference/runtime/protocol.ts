@@ -4,6 +4,9 @@
 // receives sampled tokens (and last-position logits for scoring), and a
 // decode run goes on step after step without waiting for the main thread.
 
+import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
+import type { Grammar } from '../grammar/grammar.js';
+
 export interface InitMsg {
   type: 'init';
   modelPath: string;
@@ -12,6 +15,8 @@ export interface InitMsg {
   executionProvider: 'cpu' | 'webgpu' | 'cuda';
   strict: boolean;
   intraOpThreads: number;
+  /** Each token's text mid-document (null: not whole characters), for grammar-constrained sampling. */
+  tokenTexts?: Array<string | null>;
 }
 
 export interface Arch {
@@ -35,6 +40,14 @@ export interface SamplerSpec {
   /** Tokens it may generate (max_tokens). */
   budget: number;
   eos: number[];
+  /** top_k / min_p; absent: no cut. */
+  cuts?: Cuts;
+  /** logit_bias and presence / frequency penalties; absent: the raw logits. */
+  adjust?: LogitAdjust;
+  /** Report each sampled token's logprob and this many alternatives; absent: none. */
+  topLogprobs?: number;
+  /** Only tokens that keep the output a prefix of this grammar's language (structured output). */
+  grammar?: { key: string; grammar: Grammar };
 }
 
 export interface StepRow {
@@ -60,9 +73,9 @@ export type Reply =
   | { type: 'ready'; arch: Arch }
   | { type: 'init-error'; message: string }
   /** tokens[b]: the token sampled for row b, -1 for rows without a sampler (their logits are the answer). */
-  | { type: 'step'; id: number; logits: Float32Array; tokens: Int32Array; kvBytes: number }
-  /** One step of a decode run: the token of each sequence that ran. */
-  | { type: 'tokens'; id: number; seqs: number[]; tokens: Int32Array }
+  | { type: 'step'; id: number; logits: Float32Array; tokens: Int32Array; kvBytes: number; logprobs?: Array<TokenLogprob | null> }
+  /** One step of a decode run: the token of each sequence that ran (logprobs[b]: row b's, when it asked). */
+  | { type: 'tokens'; id: number; seqs: number[]; tokens: Int32Array; logprobs?: Array<TokenLogprob | null> }
   | { type: 'decode-done'; id: number; kvBytes: number }
   | { type: 'done'; id: number }
   | { type: 'error'; id: number; message: string };

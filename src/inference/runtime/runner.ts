@@ -3,7 +3,17 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { log } from '../../log.js';
+import type { TokenLogprob } from '../engine-api.js';
 import type { Arch, InitMsg, Reply, Request, StepRow } from './protocol.js';
+
+/** A prompt step's answer: every row's last-position logits; sampled rows' tokens (-1 for the others) and logprobs when asked. */
+export interface StepResult {
+  logits: Float32Array;
+  tokens: Int32Array;
+  logprobs?: Array<TokenLogprob | null>;
+}
+/** One decode-run step: the token (and, when asked, logprob) of each sequence that ran. */
+export type OnTokens = (seqs: number[], tokens: Int32Array, logprobs?: Array<TokenLogprob | null>) => void;
 
 /**
  * The main-thread side of a model's worker. Calls are serialised by the
@@ -13,7 +23,7 @@ export class Runner {
   private readonly worker: Worker;
   private nextId = 1;
   private readonly pending = new Map<number, { ok: (r: Reply) => void; fail: (e: Error) => void }>();
-  private readonly onTokens = new Map<number, (seqs: number[], tokens: Int32Array) => void>();
+  private readonly onTokens = new Map<number, OnTokens>();
   arch!: Arch;
   kvBytes = 0;
 
@@ -50,7 +60,7 @@ export class Runner {
   private onReply(m: Reply): void {
     if (!('id' in m)) return;
     if (m.type === 'tokens') {
-      this.onTokens.get(m.id)?.(m.seqs, m.tokens);
+      this.onTokens.get(m.id)?.(m.seqs, m.tokens, m.logprobs);
       return;
     }
     const p = this.pending.get(m.id);
@@ -68,17 +78,17 @@ export class Runner {
   }
 
   /** A prompt step: last-position logits of every row, and the token sampled for rows that carried a sampler (-1 for the others). */
-  async step(rows: StepRow[]): Promise<{ logits: Float32Array; tokens: Int32Array }> {
+  async step(rows: StepRow[]): Promise<StepResult> {
     const r = (await this.call({ type: 'step', id: this.nextId++, rows })) as Extract<Reply, { type: 'step' }>;
     this.kvBytes = r.kvBytes;
-    return { logits: r.logits, tokens: r.tokens };
+    return { logits: r.logits, tokens: r.tokens, logprobs: r.logprobs };
   }
 
   /** A prompt step that joins the decode run in flight (or runs as a step when there is none). */
-  async join(rows: StepRow[]): Promise<{ logits: Float32Array; tokens: Int32Array }> {
+  async join(rows: StepRow[]): Promise<StepResult> {
     const r = (await this.call({ type: 'join', id: this.nextId++, rows })) as Extract<Reply, { type: 'step' }>;
     this.kvBytes = r.kvBytes;
-    return { logits: r.logits, tokens: r.tokens };
+    return { logits: r.logits, tokens: r.tokens, logprobs: r.logprobs };
   }
 
   /**
@@ -86,7 +96,7 @@ export class Runner {
    * `onTokens` with each step's tokens, until each has ended or been freed,
    * `interrupt()` is called or `stepsMax` steps ran. Resolves when the worker has stopped.
    */
-  async decode(seqs: number[], stepsMax: number, onTokens: (seqs: number[], tokens: Int32Array) => void): Promise<void> {
+  async decode(seqs: number[], stepsMax: number, onTokens: OnTokens): Promise<void> {
     const id = this.nextId++;
     this.onTokens.set(id, onTokens);
     try {

@@ -1,7 +1,7 @@
 import { ApiError } from '../../errors.js';
 import { log } from '../../log.js';
-import type { BranchSpec, GenerateEvent, GenerateRequest } from '../engine-api.js';
-import { engineMetrics as M } from './metrics.js';
+import type { BranchSpec, GenerateEvent, GenerateRequest, TokenLogprob } from '../engine-api.js';
+import { engineMetrics as M, kvCacheUsage, observeFinished } from './metrics.js';
 import type { EngineOptions } from './options.js';
 import type { SamplerSpec } from './protocol.js';
 import type { Runner } from './runner.js';
@@ -26,6 +26,9 @@ interface Gen {
   finished: boolean;
   enqueuedAt: number;
   lastTokenAt: number;
+  /** When it took a batch slot, and made its first token (request-level metrics). */
+  scheduledAt: number | undefined;
+  firstTokenAt: number | undefined;
 }
 
 interface Branch {
@@ -81,6 +84,23 @@ export class Scheduler {
     this.vocab = runner.arch.vocab;
   }
 
+  /** A sequence takes a batch slot (its queue time ends here). */
+  private activate(seq: Seq): void {
+    if (seq.gen) seq.gen.scheduledAt ??= performance.now();
+    this.active.add(seq);
+  }
+
+  /** KV positions the live sequences hold: the tokens each has run through the model (prompt prefilled, tokens fed back). */
+  private kvPositionsHeld(): number {
+    let n = 0;
+    for (const s of this.active) n += Math.max(0, s.promptLen + (s.gen?.produced ?? 0) - s.pending.length);
+    return n;
+  }
+
+  private reportKvUsage(): void {
+    M.kvUsage.set({ model: this.modelId }, kvCacheUsage(this.kvPositionsHeld(), this.opts.batchSizeMax, this.contextLength));
+  }
+
   private slotsUsed(): number {
     let n = 0;
     for (const s of this.active) if (s.gen || s.prefixOf) n++;
@@ -108,19 +128,19 @@ export class Scheduler {
     if (w < 0) return false;
     this.waiting.splice(w, 1);
     M.waiting.set({ model: this.modelId }, this.waiting.length);
-    this.active.add(seq);
+    this.activate(seq);
     seq.joining = true;
     onJoin(seq);
     const n = seq.pending.length;
     M.batchSize.observe({ model: this.modelId, phase: 'prefill' }, 1);
     this.runner
       .join([{ seq: seq.id, tokens: seq.pending.slice(), sampler: this.samplerFor(seq, n) }])
-      .then(({ tokens }) => {
+      .then(({ tokens, logprobs }) => {
         seq.joining = false;
         seq.pending.splice(0, n);
         if (!seq.cancelled) {
           M.promptTokens.inc({ model: this.modelId }, n);
-          this.accept(seq, tokens[0]!);
+          this.accept(seq, tokens[0]!, logprobs?.[0]);
         }
         if (!this.running) this.kick();
       })
@@ -158,6 +178,8 @@ export class Scheduler {
       finished: false,
       enqueuedAt: now,
       lastTokenAt: now,
+      scheduledAt: undefined,
+      firstTokenAt: undefined,
     };
     const seq: Seq = { id: this.nextSeq++, pending: [...req.promptTokens], promptLen: req.promptTokens.length, gen, cancelled: false };
     const onAbort = () => this.cancel(seq);
@@ -254,6 +276,15 @@ export class Scheduler {
     g.finished = true;
     const promptTokens = g.produced > 0 ? s.promptLen : s.promptLen - s.pending.length;
     g.queue.push({ type: 'done', finishReason, promptTokens, completionTokens: g.produced });
+    observeFinished(this.modelId, {
+      enqueuedAt: g.enqueuedAt,
+      scheduledAt: g.scheduledAt,
+      firstTokenAt: g.firstTokenAt,
+      endedAt: performance.now(),
+      promptTokens,
+      completionTokens: g.produced,
+      finishReason,
+    });
     g.wake?.();
     try {
       g.req.onEnd?.({ promptTokens, completionTokens: g.produced });
@@ -291,9 +322,10 @@ export class Scheduler {
     try {
       while (true) {
         this.reap();
-        while (this.waiting.length && this.slotsUsed() < this.opts.batchSizeMax) this.active.add(this.waiting.shift()!);
+        while (this.waiting.length && this.slotsUsed() < this.opts.batchSizeMax) this.activate(this.waiting.shift()!);
         M.waiting.set({ model: this.modelId }, this.waiting.length);
         M.running.set({ model: this.modelId }, this.slotsUsed());
+        this.reportKvUsage();
         const decoding = [...this.active].filter((s) => s.gen && !s.gen.finished && s.pending.length === 1 && s.gen.produced > 0 && !this.paused(s));
         const prefilling = [...this.active].filter((s) => s.pending.length > 0 && !s.joining && !(s.gen && s.gen.produced > 0));
         if (!decoding.length && !prefilling.length) break;
@@ -312,6 +344,7 @@ export class Scheduler {
       this.reap();
       M.running.set({ model: this.modelId }, this.slotsUsed());
       M.kvBytes.set({ model: this.modelId }, this.runner.kvBytes);
+      this.reportKvUsage();
       if ([...this.active].some((s) => s.pending.length > 0 && !s.joining && !this.paused(s)) || (this.waiting.length && this.slotsUsed() < this.opts.batchSizeMax)) this.kick();
     }
   }
@@ -358,7 +391,7 @@ export class Scheduler {
       width = w;
     }
     M.batchSize.observe({ model: this.modelId, phase: 'prefill' }, rows.length);
-    const { logits, tokens } = await this.runner.step(rows.map((r) => ({ seq: r.seq.id, tokens: r.seq.pending.slice(0, r.n), sampler: this.samplerFor(r.seq, r.n) })));
+    const { logits, tokens, logprobs } = await this.runner.step(rows.map((r) => ({ seq: r.seq.id, tokens: r.seq.pending.slice(0, r.n), sampler: this.samplerFor(r.seq, r.n) })));
     for (let b = 0; b < rows.length; b++) {
       const { seq, n } = rows[b]!;
       seq.pending.splice(0, n);
@@ -366,7 +399,7 @@ export class Scheduler {
       if (!seq.cancelled) M.promptTokens.inc({ model: this.modelId }, n);
       if (seq.pending.length > 0 || seq.cancelled) continue;
       if (seq.gen) {
-        this.accept(seq, tokens[b]!);
+        this.accept(seq, tokens[b]!, logprobs?.[b]);
       } else if (seq.branch) {
         const { job, index } = seq.branch;
         job.logprobs[index] = logSoftmax(logits, b * this.vocab, this.vocab);
@@ -385,7 +418,17 @@ export class Scheduler {
   private samplerFor(s: Seq, n: number): SamplerSpec | undefined {
     const g = s.gen;
     if (!g || n < s.pending.length) return undefined;
-    return { temperature: g.req.temperature, topP: g.req.topP, seed: g.seed, budget: g.req.maxTokens, eos: [...this.text.eosIds] };
+    return {
+      temperature: g.req.temperature,
+      topP: g.req.topP,
+      seed: g.seed,
+      budget: g.req.maxTokens,
+      eos: [...this.text.eosIds],
+      cuts: g.req.cuts,
+      adjust: g.req.adjust,
+      topLogprobs: g.req.topLogprobs,
+      grammar: g.req.grammar,
+    };
   }
 
   /** Starts the given branches from `from`'s KV cache (shared, not copied). */
@@ -425,7 +468,7 @@ export class Scheduler {
         byId.set(s.id, s);
       });
     try {
-      const run = this.runner.decode(rows.map((s) => s.id), this.opts.decodeRunStepsMax, (seqs, tokens) => {
+      const run = this.runner.decode(rows.map((s) => s.id), this.opts.decodeRunStepsMax, (seqs, tokens, logprobs) => {
         steps++;
         M.batchSize.observe({ model: this.modelId, phase: 'decode' }, seqs.length);
         const drop: number[] = [];
@@ -435,7 +478,7 @@ export class Scheduler {
           const g = s.gen!;
           if (!s.cancelled && !g.finished) {
             s.pending = [];
-            this.accept(s, tokens[b]!);
+            this.accept(s, tokens[b]!, logprobs?.[b]);
           }
           // Ended here while the worker would go on: free it there (the token it may still make is never counted).
           if ((s.cancelled || g.finished) && !this.endedInWorker(s, tokens[b]!)) {
@@ -465,27 +508,31 @@ export class Scheduler {
    * Counts a token sampled by the worker and delivers it. The sequence goes
    * on with it unless it ends the sequence by itself (end of text, max_tokens).
    */
-  private accept(s: Seq, tok: number): void {
+  private accept(s: Seq, tok: number, lp?: TokenLogprob | null): void {
     const g = s.gen!;
     const now = performance.now();
-    if (g.produced === 0) M.ttft.observe({ model: this.modelId }, (now - g.enqueuedAt) / 1000);
+    if (g.produced === 0) {
+      M.ttft.observe({ model: this.modelId }, (now - g.enqueuedAt) / 1000);
+      g.firstTokenAt = now;
+    }
     else M.itl.observe({ model: this.modelId }, (now - g.lastTokenAt) / 1000);
     g.lastTokenAt = now;
     g.produced++;
     M.generatedTokens.inc({ model: this.modelId });
     if (!this.text.eosIds.has(tok) && g.produced < g.req.maxTokens) s.pending = [tok];
-    this.deliver(s, tok);
+    this.deliver(s, tok, lp ?? undefined);
   }
 
-  private deliver(s: Seq, tok: number): void {
+  private deliver(s: Seq, tok: number, lp: TokenLogprob | undefined): void {
     const g = s.gen!;
     if (g.finished) return;
     let finish: 'stop' | 'length' | undefined;
     if (this.text.eosIds.has(tok)) finish = 'stop';
     else {
       const { out, stopped } = g.stop.push(g.detok.push(tok));
-      if (out) g.queue.push({ type: 'delta', text: out, tokenIds: [tok] });
-      else if (!stopped) g.queue.push({ type: 'delta', text: '', tokenIds: [tok] });
+      const logprobs = lp ? { logprobs: [lp] } : {};
+      if (out) g.queue.push({ type: 'delta', text: out, tokenIds: [tok], ...logprobs });
+      else if (!stopped) g.queue.push({ type: 'delta', text: '', tokenIds: [tok], ...logprobs });
       if (stopped) finish = 'stop';
       else if (g.produced >= g.req.maxTokens) finish = 'length';
     }

@@ -58,6 +58,12 @@ export class ModelText {
    * not per-token concatenations fall back to window decoding).
    */
   readonly pieces: Uint8Array[] | undefined;
+
+  /** Each token's text mid-document, null where its bytes are not whole characters; undefined without pieces. */
+  tokenTexts(): Array<string | null> | undefined {
+    if (!this.pieces) return undefined;
+    return this.pieces.map((_, id) => (this.eosIds.has(id) || id === this.bosId ? null : (this.pieceText[id] ?? null) || null));
+  }
   /** The same pieces as strings, where a piece is whole UTF-8 on its own. */
   readonly pieceText: Array<string | undefined> = [];
 

@@ -2,7 +2,9 @@ import { parentPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
 import type { Arch, Reply, Request, SamplerSpec, StepRow } from './protocol.js';
 import { KvStore, type Kv } from './kv.js';
-import { mulberry32, sample } from './sampler.js';
+import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
+import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
+import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
 
 // One model's ONNX session, run on this thread (session.run blocks it), the
 // KV cache of every live sequence (kv.ts) and the batch of the last step.
@@ -24,6 +26,7 @@ function halfToFloat(h: number): number {
 }
 
 async function init(msg: Extract<Request, { type: 'init' }>): Promise<void> {
+  tokenTexts = msg.tokenTexts ?? [];
   const base: ort.InferenceSession.SessionOptions = {
     graphOptimizationLevel: 'all',
     intraOpNumThreads: msg.intraOpThreads,
@@ -272,6 +275,18 @@ async function branchStep(rows: StepRow[], root: Kv): Promise<Float32Array> {
 interface Sampling {
   temperature: number;
   topP: number;
+  cuts: Cuts | undefined;
+  adjust: LogitAdjust | undefined;
+  /** Generated tokens and their counts (presence / frequency penalties read them). */
+  counts: Map<number, number>;
+  /** The adjusted row, reused step after step. */
+  scratch: Float32Array | undefined;
+  /** Alternatives to report with each token's logprob; undefined: no logprobs. */
+  topLogprobs: number | undefined;
+  /** The last sampled token's logprob, when asked for. */
+  lastLogprob: TokenLogprob | null;
+  /** Structured output: the grammar's parse state, masking the logits at every step. */
+  constraint: Constraint | undefined;
   rand: () => number;
   budget: number;
   eos: Set<number>;
@@ -282,9 +297,71 @@ interface Sampling {
 }
 const samplers = new Map<number, Sampling>();
 
+/** Each token's text (from init), for grammar masks; maskers kept per grammar, the most recent few. */
+let tokenTexts: Array<string | null> = [];
+const maskers = new Map<string, TokenMasker>();
+/** Distinct grammars whose vocabulary index stays built (one per schema in use, at most). */
+const MASKERS_MAX = 32;
+function maskerFor(key: string, g: Grammar): TokenMasker {
+  let m = maskers.get(key);
+  if (m) {
+    maskers.delete(key);
+    maskers.set(key, m);
+    return m;
+  }
+  m = new TokenMasker(new Matcher(g), tokenTexts);
+  maskers.set(key, m);
+  if (maskers.size > MASKERS_MAX) maskers.delete(maskers.keys().next().value!);
+  return m;
+}
+
+/**
+ * A generation held to a grammar: before each draw every token that cannot continue the
+ * document gets -Infinity (end of text only once the document is complete); after it the
+ * parse state moves over the token's text. A dead end (no token fits) ends the generation.
+ */
+class Constraint {
+  private state: State;
+  private readonly allowed: Uint8Array;
+  constructor(private readonly masker: TokenMasker) {
+    this.state = masker.matcher.initial();
+    this.allowed = new Uint8Array(tokenTexts.length);
+  }
+
+  apply(l: Float32Array, eos: ReadonlySet<number>): void {
+    const eosLogits = [...eos].map((e) => [e, l[e]!] as const);
+    const n = this.masker.mask(this.state, this.allowed);
+    for (let t = 0; t < l.length; t++) if (!this.allowed[t]) l[t] = -Infinity;
+    // End of text, at its own logit: when the document is complete, or when nothing else fits.
+    if (this.state.accepting || n === 0) for (const [e, v] of eosLogits) l[e] = v;
+  }
+
+  accept(tok: number, eos: ReadonlySet<number>): void {
+    if (eos.has(tok)) return;
+    this.state = this.masker.matcher.advanceText(this.state, tokenTexts[tok] ?? '') ?? this.state;
+  }
+}
+
 /** Samples row `row` of `logits` (rows of `V` last-position logits). */
 function draw(sm: Sampling, logits: Float32Array, row: number, V: number): number {
-  const tok = sample(logits, row * V, V, sm.temperature, sm.topP, sm.rand);
+  let l = logits;
+  let off = row * V;
+  if (sm.adjust) {
+    l = adjustLogits(logits, off, V, sm.adjust, sm.counts, (sm.scratch ??= new Float32Array(V)));
+    off = 0;
+  }
+  if (sm.constraint) {
+    if (l === logits) {
+      l = (sm.scratch ??= new Float32Array(V));
+      l.set(logits.subarray(off, off + V));
+      off = 0;
+    }
+    sm.constraint.apply(l, sm.eos);
+  }
+  const tok = sample(l, off, V, sm.temperature, sm.topP, sm.rand, sm.cuts);
+  sm.constraint?.accept(tok, sm.eos);
+  if (sm.topLogprobs !== undefined) sm.lastLogprob = tokenLogprob(logits, row * V, V, tok, sm.topLogprobs);
+  if (sm.adjust) sm.counts.set(tok, (sm.counts.get(tok) ?? 0) + 1);
   sm.next = tok;
   sm.budget--;
   sm.ended = sm.eos.has(tok) || sm.budget <= 0;
@@ -292,27 +369,48 @@ function draw(sm: Sampling, logits: Float32Array, row: number, V: number): numbe
 }
 
 function startSampler(seq: number, spec: SamplerSpec): Sampling {
-  const sm: Sampling = { temperature: spec.temperature, topP: spec.topP, rand: mulberry32(spec.seed), budget: spec.budget, eos: new Set(spec.eos), next: -1, ended: false };
+  const sm: Sampling = {
+    temperature: spec.temperature,
+    topP: spec.topP,
+    cuts: spec.cuts,
+    adjust: spec.adjust,
+    counts: new Map(),
+    scratch: undefined,
+    topLogprobs: spec.topLogprobs,
+    lastLogprob: null,
+    constraint: spec.grammar ? new Constraint(maskerFor(spec.grammar.key, spec.grammar.grammar)) : undefined,
+    rand: mulberry32(spec.seed),
+    budget: spec.budget,
+    eos: new Set(spec.eos),
+    next: -1,
+    ended: false,
+  };
   samplers.set(seq, sm);
   return sm;
 }
 
 /** A prompt step: rows that end a generation's prompt are sampled here; every row's logits go back too (scoring reads them). */
-async function promptStep(rows: StepRow[]): Promise<{ logits: Float32Array; tokens: Int32Array }> {
+async function promptStep(rows: StepRow[]): Promise<{ logits: Float32Array; tokens: Int32Array; logprobs?: Array<TokenLogprob | null> }> {
   const logits = await step(rows);
   const tokens = new Int32Array(rows.length).fill(-1);
   rows.forEach((r, b) => {
     if (r.sampler) tokens[b] = draw(startSampler(r.seq, r.sampler), logits, b, logits.length / rows.length);
   });
-  return { logits, tokens };
+  return { logits, tokens, logprobs: logprobsOf(rows.map((r) => (r.sampler ? r.seq : -1))) };
+}
+
+/** Each row's last sampled token's logprob, or undefined when no row asked for them (the usual case: nothing sent). */
+function logprobsOf(seqs: number[]): Array<TokenLogprob | null> | undefined {
+  if (!seqs.some((seq) => samplers.get(seq)?.topLogprobs !== undefined)) return undefined;
+  return seqs.map((seq) => samplers.get(seq)?.lastLogprob ?? null);
 }
 
 let interruptRequested = false;
 
 /** A prompt step whose answer goes back as a `step` reply; the generations it starts are returned. */
 async function replyStep(id: number, rows: StepRow[]): Promise<number[]> {
-  const { logits, tokens } = await promptStep(rows);
-  port.postMessage({ type: 'step', id, logits, tokens, kvBytes: store.bytes } satisfies Reply, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
+  const { logits, tokens, logprobs } = await promptStep(rows);
+  port.postMessage({ type: 'step', id, logits, tokens, kvBytes: store.bytes, logprobs } satisfies Reply, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
   return rows.filter((r) => r.sampler).map((r) => r.seq);
 }
 
@@ -347,7 +445,7 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
       const logits = await step(live.map((seq) => ({ seq, tokens: [samplers.get(seq)!.next] })));
       const V = logits.length / live.length;
       const tokens = Int32Array.from(live, (seq, b) => draw(samplers.get(seq)!, logits, b, V));
-      port.postMessage({ type: 'tokens', id, seqs: live, tokens } satisfies Reply, [tokens.buffer as ArrayBuffer]);
+      port.postMessage({ type: 'tokens', id, seqs: live, tokens, logprobs: logprobsOf(live) } satisfies Reply, [tokens.buffer as ArrayBuffer]);
       applyDeferredFrees();
       live = live.filter(alive);
     }

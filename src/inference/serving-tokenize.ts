@@ -1,0 +1,48 @@
+import type { Ctx } from '../http/context.js';
+import type { Reply } from '../http/router.js';
+import { parse } from '../http/validate.js';
+import { invalid } from '../errors.js';
+import type { ChatMessage, ServedModel } from './engine-api.js';
+import type { Policies } from './policy-api.js';
+import { DetokenizeRequest, TokenizeChat, TokenizeText } from './protocol.js';
+import { chatMessages, resolveModel } from './serving-chat.js';
+
+// vLLM's /tokenize and /detokenize: what a client needs to count tokens or check a
+// prompt against the context length before sending it. No model work: the request
+// limit applies (like the model list), no tokens are billed.
+
+export interface TokenizeEngine {
+  model(id: string): ServedModel | undefined;
+  encodeChat(modelId: string, messages: ChatMessage[]): number[];
+  encodeText(modelId: string, text: string, addSpecialTokens: boolean): number[];
+  decode(modelId: string, ids: number[]): string;
+  tokenStrings(modelId: string, ids: number[]): string[];
+}
+
+const findModel = (engine: TokenizeEngine, id: string) => {
+  const m = engine.model(id);
+  // Either kind may be tokenized: resolveModel is used only for its 404.
+  return m ?? resolveModel(engine, id, 'chat');
+};
+
+export async function serveTokenize(ctx: Ctx, engine: TokenizeEngine, policies: Policies): Promise<Reply> {
+  const body = await ctx.json();
+  const chat = body !== null && typeof body === 'object' && 'messages' in body;
+  const req = chat ? parse(TokenizeChat, body) : parse(TokenizeText, body);
+  const model = findModel(engine, req.model);
+  const tokens = 'messages' in req ? engine.encodeChat(model.id, chatMessages(req.messages)) : engine.encodeText(model.id, req.prompt, req.add_special_tokens ?? true);
+  const headers = policies.admitLight(ctx);
+  return {
+    body: { count: tokens.length, max_model_len: model.contextLength, tokens, token_strs: req.return_token_strs ? engine.tokenStrings(model.id, tokens) : null },
+    headers,
+  };
+}
+
+export async function serveDetokenize(ctx: Ctx, engine: TokenizeEngine, policies: Policies): Promise<Reply> {
+  const req = parse(DetokenizeRequest, await ctx.json());
+  const model = findModel(engine, req.model);
+  const bad = req.tokens.findIndex((t) => t >= model.vocabSize);
+  if (bad >= 0) throw invalid(`tokens.${bad}`, `must be a token id below ${model.vocabSize}, the vocabulary size of ${model.id}`, req.tokens[bad]);
+  const headers = policies.admitLight(ctx);
+  return { body: { prompt: engine.decode(model.id, req.tokens) }, headers };
+}
