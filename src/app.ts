@@ -68,6 +68,9 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
     onShutdown: (fn) => hooks.push(fn),
   };
 
+  // Key changes made by any replica drop every replica's key cache (revocation within milliseconds).
+  services.onShutdown(await services.auth.listen());
+
   const platform = new Router();
   const inference = new Router();
   // Each port serves its own metrics registry (src/metrics.ts): no series on both.

@@ -1,6 +1,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import { ApiError } from '../errors.js';
 import type { Sql } from '../db/index.js';
+import { log } from '../log.js';
 import { hashKeyB64 } from './keys.js';
 import type { Principal, RateLimits } from './principal.js';
 
@@ -11,13 +12,28 @@ interface Cached {
 
 // Cache entries are bounded so a flood of random keys cannot grow memory.
 const CACHE_ENTRIES_MAX = 10_000;
+/** Channel the api_keys trigger (migration 002) notifies at every committed key change. */
+export const API_KEYS_CHANNEL = 'cloudgate_api_keys';
+/**
+ * Longest a cached lookup is trusted while no listener is connected (start-up, a lost
+ * database connection): a revocation made by another replica may be missed then, so
+ * the promise "refused everywhere within 2 s" is kept by expiry instead.
+ */
+const UNLISTENED_TTL_MS_MAX = 1_000;
 
 /**
  * Resolves `Authorization: Bearer <key>` to a principal. Results (misses too)
  * are cached for `ttlMs`, so a hot route costs one hash and a map lookup.
+ * Every daemon on the database LISTENs for key changes and drops its cache
+ * (`listen`), so a key revoked or changed through one replica is refused or
+ * changed on all of them within a notification's delay (milliseconds).
+ * The generation makes a lookup that raced with a change harmless: its answer
+ * is not kept if a change arrived while it was being read.
  */
 export class Authenticator {
   private readonly cache = new Map<string, Cached>();
+  private gen = 0;
+  private listening = false;
   constructor(
     private readonly sql: Sql,
     private readonly ttlMs: number,
@@ -31,8 +47,10 @@ export class Authenticator {
     const now = Date.now();
     let hit = this.cache.get(cacheKey);
     if (!hit || hit.expiresAt < now) {
-      hit = { principal: await this.lookup(Buffer.from(cacheKey, 'base64')), expiresAt: now + this.ttlMs };
-      if (this.ttlMs > 0) {
+      const gen = this.gen;
+      const ttl = this.listening ? this.ttlMs : Math.min(this.ttlMs, UNLISTENED_TTL_MS_MAX);
+      hit = { principal: await this.lookup(Buffer.from(cacheKey, 'base64')), expiresAt: now + ttl };
+      if (ttl > 0 && gen === this.gen) {
         if (this.cache.size >= CACHE_ENTRIES_MAX) this.cache.delete(this.cache.keys().next().value!);
         this.cache.set(cacheKey, hit);
       }
@@ -43,7 +61,27 @@ export class Authenticator {
 
   /** Drop cached results, e.g. after a key's limits change. */
   invalidate(): void {
+    this.gen++;
     this.cache.clear();
+  }
+
+  /**
+   * Listens for key changes committed by any daemon. The cache is dropped when the
+   * listener (re)connects, since notifications may have been missed meanwhile.
+   */
+  async listen(): Promise<() => Promise<void>> {
+    const l = await this.sql.listen(
+      API_KEYS_CHANNEL,
+      () => this.invalidate(),
+      () => {
+        this.invalidate();
+        this.listening = true;
+      },
+    );
+    return async () => {
+      this.listening = false;
+      await l.unlisten().catch((e: unknown) => log.warn({ err: e }, 'api keys: unlisten failed'));
+    };
   }
 
   private async lookup(hash: Buffer): Promise<Principal | null> {

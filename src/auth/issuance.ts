@@ -121,6 +121,57 @@ export async function setKeyRateLimits(
   });
 }
 
+/**
+ * Revokes a key: the row stays, with its revocation time, so ledger rows and logs that
+ * name it still resolve. The caller must hold every permission of the key (the rule of
+ * `setKeyRateLimits`). Revoking a revoked key answers it again, unchanged (idempotent,
+ * as a DELETE is). Every replica refuses it within a notification's delay (migration 002).
+ */
+export async function revokeApiKey(sql: Sql, caller: Principal, keyId: string) {
+  return sql.begin(async (tx) => {
+    const [key] = await tx<{ permissions: string[] }[]>`SELECT permissions FROM api_keys WHERE id = ${keyId} FOR UPDATE`;
+    if (!key) throw notFound('API key', keyId);
+    assertGrantable(caller, key.permissions, 'keyId');
+    const [row] = await tx<KeyRow[]>`
+      UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = ${keyId}
+      RETURNING ${tx.unsafe(KEY_COLUMNS)}`;
+    return keyView(row!);
+  });
+}
+
+/** A user's keys, newest first, without secrets or hashes (the prefix identifies a key to its owner). */
+export async function listApiKeys(sql: Sql, userId: string) {
+  const [u] = await sql`SELECT 1 FROM users WHERE id = ${userId}`;
+  if (!u) throw notFound('user', userId);
+  const rows = await sql<KeyRow[]>`
+    SELECT ${sql.unsafe(KEY_COLUMNS)} FROM api_keys WHERE user_id = ${userId} ORDER BY created_at DESC, id DESC`;
+  return rows.map(keyView);
+}
+
+const KEY_COLUMNS = 'id, user_id, name, key_prefix, permissions, rate_limits, created_at, revoked_at';
+interface KeyRow {
+  id: string;
+  user_id: string;
+  name: string | null;
+  key_prefix: string;
+  permissions: string[];
+  rate_limits: RateLimits | null;
+  created_at: Date;
+  revoked_at: Date | null;
+}
+function keyView(r: KeyRow) {
+  return {
+    id: r.id,
+    userId: r.user_id,
+    name: r.name,
+    prefix: r.key_prefix,
+    permissions: r.permissions,
+    rateLimits: r.rate_limits,
+    createdAt: r.created_at.toISOString(),
+    revokedAt: r.revoked_at ? r.revoked_at.toISOString() : null,
+  };
+}
+
 function stripNulls(o: { [k: string]: number | null | undefined }): RateLimits {
   const r: Record<string, number> = {};
   for (const [k, v] of Object.entries(o)) if (v !== null && v !== undefined) r[k] = v;

@@ -3,7 +3,7 @@ import { parse } from '../http/validate.js';
 import type { Route } from '../http/router.js';
 import type { Authenticator } from './authenticator.js';
 import { AddMemberBody, CreateKeyBody, CreateTeamBody, CreateUserBody, PatchKeyBody } from './protocol.js';
-import { addMember, assertGrantable, createApiKey, createTeam, createUser, setKeyRateLimits } from './issuance.js';
+import { addMember, assertGrantable, createApiKey, createTeam, createUser, listApiKeys, revokeApiKey, setKeyRateLimits } from './issuance.js';
 
 // Admin issuance routes. Each answers `{data, status}` like the other admin routes.
 export function issuanceRoutes(sql: Sql, auth: Authenticator): Route[] {
@@ -45,7 +45,7 @@ export function issuanceRoutes(sql: Sql, auth: Authenticator): Route[] {
     },
     {
       // A key's own rate limits, changed in place. This daemon uses them from the next request;
-      // other daemons on the database within AUTH_CACHE_TTL_MS (their cached key lookups expire).
+      // other daemons on the database within a notification's delay (migration 002).
       ...base,
       method: 'PATCH',
       path: '/api/admin/api-keys/:keyId',
@@ -55,6 +55,24 @@ export function issuanceRoutes(sql: Sql, auth: Authenticator): Route[] {
         auth.invalidate();
         return { status: 200, body: { data: r, status: 'success' } };
       },
+    },
+    {
+      // Revoke (the row is kept with its revocation time). Only by a caller holding all of the key's permissions.
+      ...base,
+      method: 'DELETE',
+      path: '/api/admin/api-keys/:keyId',
+      handler: async (ctx) => {
+        const r = await revokeApiKey(sql, ctx.principal, ctx.params.keyId!);
+        auth.invalidate();
+        return { status: 200, body: { data: r, status: 'success' } };
+      },
+    },
+    {
+      // A user's keys without their secrets.
+      ...base,
+      method: 'GET',
+      path: '/api/admin/users/:userId/api-keys',
+      handler: async (ctx) => ({ status: 200, body: { data: await listApiKeys(sql, ctx.params.userId!), status: 'success' } }),
     },
   ];
 }
