@@ -7,7 +7,7 @@ import { benchKey, fmt, machine } from './lib.js';
 
 // Chat throughput through the daemon: N concurrent streams, aggregate
 // completion tokens per second and time to first token, over SSE as a client
-// sees them. Usage: node dist/bench/inference.js [--model ID] [--models-dir DIR] [--tokens 64] [--streams 1,4,16,64] [--seconds 8] [--raw-seconds 4]
+// sees them. Usage: node dist/bench/inference.js [--model ID] [--models-dir DIR] [--tokens 64] [--streams 1,4,16,64] [--seconds 8] [--raw-seconds 4] [--json-schema story]
 
 const args = new Map<string, string>();
 for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
@@ -16,6 +16,11 @@ const maxTokens = Number(args.get('tokens') ?? 64);
 const streams = (args.get('streams') ?? '1,4,16,64').split(',').map(Number);
 const seconds = Number(args.get('seconds') ?? 8);
 const rawSeconds = Number(args.get('raw-seconds') ?? 4);
+// --json-schema story: every request asks for structured output (a one-string object, so the
+// text runs to max_tokens as plain requests do), to measure what the grammar mask costs.
+const STRUCTURED = { story: { type: 'json_schema', json_schema: { name: 'story', schema: { type: 'object', properties: { story: { type: 'string', maxLength: 1000 } }, required: ['story'], additionalProperties: false } } } };
+const responseFormat = args.has('json-schema') ? STRUCTURED[args.get('json-schema') as keyof typeof STRUCTURED] : undefined;
+if (args.has('json-schema') && !responseFormat) throw new Error(`--json-schema: one of ${Object.keys(STRUCTURED).join(', ')}`);
 
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * p))] ?? NaN;
 
@@ -26,7 +31,7 @@ const agent = new http.Agent({ keepAlive: true, maxSockets: 1024 });
 
 function oneStream(url: string, key: string, prompt: string): Promise<{ ttft: number; tokens: number; promptTokens: number }> {
   const t0 = performance.now();
-  const body = JSON.stringify({ model, messages: [{ role: 'user', content: prompt }], max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } });
+  const body = JSON.stringify({ model, messages: [{ role: 'user', content: prompt }], max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true }, response_format: responseFormat });
   const u = new URL(url);
   return new Promise((resolve, reject) => {
     const req = http.request(
