@@ -1,7 +1,15 @@
 # syntax=docker/dockerfile:1
 # cloudgate: one daemon, two ports (platform 8000, inference 8001), embedded PostgreSQL.
+#
+# Node: 20. Node 22 LTS would be the base, but the HTTP server (uWebSockets.js,
+# from npm as @trufflesuite/uws-js-unofficial 20.30.0) ships native binaries for
+# Node ABIs 93, 108 and 115 only (Node 16, 18, 20): on Node 22 (ABI 127) the
+# daemon refuses to start rather than run on the package's slow JS fallback
+# (src/http/uws.ts). Raise NODE_MAJOR with a uWebSockets.js that carries the
+# ABI 127 binary; test/docker.test.ts checks that the image's Node has one.
+ARG NODE_MAJOR=20
 
-FROM node:20-bookworm-slim AS build
+FROM node:${NODE_MAJOR}-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json .npmrc ./
 RUN npm ci
@@ -12,7 +20,19 @@ COPY test/daemon.ts ./test/daemon.ts
 RUN npm run build \
  && node dist/src/inference/convert/default-models.js /app/models
 
-FROM node:20-bookworm-slim AS runtime
+FROM node:${NODE_MAJOR}-bookworm-slim AS runtime
+ARG VERSION=0.1.0
+ARG TARGETARCH
+LABEL org.opencontainers.image.title="cloudgate" \
+      org.opencontainers.image.description="OpenAI-compatible inference gateway and evaluation engine with a GPU-cloud platform API" \
+      org.opencontainers.image.source="https://github.com/cloudgate/cloudgate" \
+      org.opencontainers.image.licenses="UNLICENSED" \
+      org.opencontainers.image.version="${VERSION}"
+# tini is PID 1: it forwards SIGTERM to the daemon and reaps the children that
+# exit under it (the embedded PostgreSQL's processes), which node as PID 1 does not.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends tini \
+ && rm -rf /var/lib/apt/lists/*
 ENV NODE_ENV=production \
     HOST=0.0.0.0 \
     PORT=8000 \
@@ -21,17 +41,29 @@ ENV NODE_ENV=production \
     MODELS_DIR=/app/models
 WORKDIR /app
 COPY package.json package-lock.json .npmrc ./
-RUN npm ci --omit=dev && npm cache clean --force
+COPY deploy/prune-foreign-binaries.mjs ./deploy/
+# Production dependencies only, without the native binaries for other systems
+# (onnxruntime-node's darwin/win32/arm64 builds alone are about 245 MiB).
+RUN npm ci --omit=dev \
+ && node deploy/prune-foreign-binaries.mjs node_modules --arch "$([ "$TARGETARCH" = arm64 ] && echo arm64 || echo x64)" \
+ && npm cache clean --force
 COPY --from=build /app/dist ./dist
 COPY --from=build /app/models ./models
 # Migrations are read from src/db/migrations at start.
 COPY src/db/migrations ./src/db/migrations
-# PostgreSQL refuses to run as root: the daemon and its embedded server run as `node`.
-RUN mkdir -p /data && chown node:node /data
-USER node
+# PostgreSQL refuses to run as root: the daemon and its embedded server run as
+# the image's `node` user, by number so Kubernetes' runAsNonRoot can verify it.
+RUN mkdir -p /data && chown 1000:1000 /data
+USER 1000:1000
 VOLUME ["/data"]
 EXPOSE 8000 8001
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
   CMD node -e "fetch('http://127.0.0.1:'+(process.env.PORT||8000)+'/healthz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"
+# SIGTERM: stop accepting, let in-flight requests run SHUTDOWN_GRACE_MS (4 s),
+# post the charges, stop PostgreSQL: under
+# Docker's default 10 s. Give a longer --stop-timeout (Kubernetes:
+# terminationGracePeriodSeconds) and raise SHUTDOWN_GRACE_MS to it minus 6 s
+# for longer streams to finish.
 STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/bin/tini", "--"]
 CMD ["node", "dist/src/main.js"]

@@ -37,7 +37,11 @@ const envSchema = z.object({
   // A stream may run longer (max_tokens at a slow rate), but not forever.
   STREAM_TIMEOUT_MS: int(1000, 3_600_000).default(600_000),
   // On SIGTERM, in-flight requests get this long to finish before we close anyway.
-  SHUTDOWN_GRACE_MS: int(0, 600_000).default(10_000),
+  // 4 s keeps the whole stop inside Docker's default 10 s (docker stop, then SIGKILL):
+  // 4 s drain + at most 2.5 s of final charge flush + 1 s database close + 2 s
+  // embedded PostgreSQL stop = 9.5 s. With a longer budget (--stop-timeout,
+  // terminationGracePeriodSeconds) raise it to that budget minus 6 s.
+  SHUTDOWN_GRACE_MS: int(0, 600_000).default(4_000),
   // Two cores on the reference machine; 10 connections keep PostgreSQL busy without thrashing.
   DB_POOL_MAX: int(1, 200).default(10),
   // Auth results are cached this long, so a hot route does no DB round trip per request.
