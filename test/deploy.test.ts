@@ -61,6 +61,8 @@ describe('deploy recipes', () => {
       expect(s.environment.ADMIN_API_KEY, name).toBeTruthy();
       expect(s.expose.map(Number).sort(), name).toEqual(ports.exposed.sort());
       expect(s.depends_on.postgres.condition, name).toBe('service_healthy');
+      expect(s.environment.REDIS_URL, name).toMatch(/^redis:\/\/redis:6379/);
+      expect(s.depends_on.redis.condition, name).toBe('service_healthy');
       expect(s.volumes?.[0], name).toMatch(/:\/data$/);
     }
     // Each replica its own DATA_DIR volume (the charge journal is per daemon).

@@ -46,15 +46,15 @@ export function inferenceRoutes(engine: InferenceEngine, policies: Policies, lim
     handler: (ctx) => serveEvaluation(ctx, engine, policies, gateway),
   });
   const openai = (prefix: string): Route[] => [
-    { ...base, method: 'GET', path: `${prefix}/models`, handler: (ctx) => ({ raw: listBody, headers: policies.admitLight(ctx) }) },
+    { ...base, method: 'GET', path: `${prefix}/models`, handler: async (ctx) => ({ raw: listBody, headers: await policies.admitLight(ctx) }) },
     {
       ...base,
       method: 'GET',
       path: `${prefix}/models/*modelId`,
-      handler: (ctx) => {
+      handler: async (ctx) => {
         const m = engine.model(ctx.params.modelId!);
         if (!m) throw new ApiError('not_found', `model ${JSON.stringify(ctx.params.modelId)} does not exist`, { param: 'model', code: 'model_not_found' });
-        return { body: modelObject(m), headers: policies.admitLight(ctx) };
+        return { body: modelObject(m), headers: await policies.admitLight(ctx) };
       },
     },
     {
