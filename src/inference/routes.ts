@@ -35,7 +35,7 @@ const modelObject = (m: ServedModel): ModelObject => ({
 export const INFERENCE_PREFIXES = ['/v1', '/api/v1'] as const;
 
 export function inferenceRoutes(engine: InferenceEngine, policies: Policies, limits: InferenceLimits): Route[] {
-  const base = { family: 'inference' as const, auth: 'inference:use' };
+  const base = { family: 'inference' as const, auth: 'inference:use' as const };
   // The model list is fixed after start: serialise it once.
   const listBody = JSON.stringify({ object: 'list', data: engine.list().map(modelObject) });
   const evalRoute = (path: string, gateway: boolean): Route => ({
