@@ -72,6 +72,12 @@ const envSchema = z.object({
         return z.NEVER;
       }
     }),
+  // Rate limits shared by every replica (src/inference/policy/redis-limiter.ts); unset: in process.
+  REDIS_URL: z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional(),
+  // An admission waits this long for Redis before this replica's own buckets decide (Redis answers in well under 1 ms).
+  REDIS_TIMEOUT_MS: int(1, 10_000).default(50),
+  // Prefix of every Redis key, so deployments (and tests) can share one Redis.
+  REDIS_KEY_PREFIX: z.string().max(100).default('cloudgate:'),
   // Inference charges are posted to the ledger in batches this often (and at shutdown).
   CHARGE_FLUSH_INTERVAL_MS: int(50, 600_000).default(1_000),
 });

@@ -8,7 +8,7 @@ import { addMember, assertGrantable, createApiKey, createTeam, createUser, listA
 // Admin issuance routes. Each answers `{data, status}` like the other admin routes.
 export function issuanceRoutes(sql: Sql, auth: Authenticator): Route[] {
   const ok = (data: unknown) => ({ status: 201, body: { data, status: 'success' } });
-  const base = { method: 'POST' as const, family: 'platform' as const, auth: 'admin:users' };
+  const base = { method: 'POST' as const, family: 'platform' as const, auth: 'admin:users' as const };
   return [
     {
       ...base,

@@ -1,5 +1,9 @@
 import type { ApiFamily } from '../errors.js';
 import type { Ctx } from './context.js';
+import type { Permission } from '../auth/principal.js';
+
+/** Who may call a route: one permission, any valid key, or anyone. Typed, so a misspelt permission does not compile. */
+export type RouteAuth = Permission | 'authenticated' | 'public';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 
@@ -14,7 +18,7 @@ export interface Reply {
 }
 
 /** A platform-family route; `extra` sets its own body limit or deadline. */
-export const platformRoute = (method: Method, path: string, auth: string, handler: Handler, extra: Partial<Route> = {}): Route => ({
+export const platformRoute = (method: Method, path: string, auth: RouteAuth, handler: Handler, extra: Partial<Route> = {}): Route => ({
   method,
   path,
   family: 'platform',
@@ -32,7 +36,7 @@ export interface Route {
   path: string;
   family: ApiFamily;
   /** A permission (`instances:read`), `'authenticated'` (any valid key), or `'public'`. */
-  auth: string;
+  auth: RouteAuth;
   handler: Handler;
   /** Body limit for this route; the server default otherwise. */
   bodyBytesMax?: number;
@@ -128,3 +132,9 @@ function matchSegments(pattern: string[], parts: string[]): Record<string, strin
   }
   return parts.length === pattern.length ? params : null;
 }
+
+// Checked by every build: a misspelt permission is not a RouteAuth (the route
+// would otherwise be refused to every key, silently).
+// @ts-expect-error 'instance:read' is not a permission ('instances:read' is)
+const misspelt: RouteAuth = 'instance:read';
+void misspelt;

@@ -4,9 +4,13 @@ import { createEngine } from './engine-adapter.js';
 import path from 'node:path';
 import { ChargeJournal } from './policy/charge-journal.js';
 import { Charger, postJournalEntries } from './policy/charger.js';
-import { RateLimiter } from './policy/limiter.js';
+import { RateLimiter, type Limiter } from './policy/limiter.js';
+import { RedisRateLimiter } from './policy/redis-limiter.js';
 import { GatewayPolicies } from './policy/policies.js';
 import { inferenceRoutes } from './routes.js';
+
+/** How long start-up waits for the Redis connection before serving on in-process limits. */
+const REDIS_CONNECT_WAIT_MS = 2_000;
 
 /** The inference face: models from MODELS_DIR on the engine, behind the gateway policies. */
 export const inferenceModule: Module = {
@@ -19,7 +23,16 @@ export const inferenceModule: Module = {
     // Usage a previous run journaled but did not post is posted here, before serving.
     const journal = await ChargeJournal.open(s.sql, path.join(c.dataDir, 'journal'), postJournalEntries);
     const charger = new Charger(s.sql, c.CHARGE_FLUSH_INTERVAL_MS, journal, (walletId, units) => policies?.posted(walletId, units));
-    policies = new GatewayPolicies(s.sql, new RateLimiter(), charger, { requestsPerMinute: c.RATE_LIMIT_RPM, tokensPerMinute: c.RATE_LIMIT_TPM });
+    let limiter: Limiter = new RateLimiter();
+    if (c.REDIS_URL) {
+      const shared = new RedisRateLimiter({ url: c.REDIS_URL, prefix: c.REDIS_KEY_PREFIX, timeoutMs: c.REDIS_TIMEOUT_MS }, limiter as RateLimiter);
+      // Start-up waits a little for the connection; without it the replica starts on in-process limits and moves over when Redis answers.
+      const connected = await shared.ready(REDIS_CONNECT_WAIT_MS);
+      log.info({ connected }, 'rate limits kept in Redis');
+      s.onShutdown(() => shared.close());
+      limiter = shared;
+    }
+    policies = new GatewayPolicies(s.sql, limiter, charger, { requestsPerMinute: c.RATE_LIMIT_RPM, tokensPerMinute: c.RATE_LIMIT_TPM });
     charger.start();
     s.ready.push({
       name: 'models',

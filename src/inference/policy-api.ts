@@ -19,5 +19,5 @@ export interface Admission {
 export interface Policies {
   admit(ctx: Ctx, model: ServedModel, reservedTokens: number): Promise<Admission>;
   /** Requests that do no model work (model listing): the request limit only; returns the headers. */
-  admitLight(ctx: Ctx): Record<string, string>;
+  admitLight(ctx: Ctx): Promise<Record<string, string>>;
 }

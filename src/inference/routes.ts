@@ -35,7 +35,7 @@ const modelObject = (m: ServedModel): ModelObject => ({
 export const INFERENCE_PREFIXES = ['/v1', '/api/v1'] as const;
 
 export function inferenceRoutes(engine: InferenceEngine, policies: Policies, limits: InferenceLimits): Route[] {
-  const base = { family: 'inference' as const, auth: 'inference:use' };
+  const base = { family: 'inference' as const, auth: 'inference:use' as const };
   // The model list is fixed after start: serialise it once.
   const listBody = JSON.stringify({ object: 'list', data: engine.list().map(modelObject) });
   const evalRoute = (path: string, gateway: boolean): Route => ({
@@ -46,15 +46,15 @@ export function inferenceRoutes(engine: InferenceEngine, policies: Policies, lim
     handler: (ctx) => serveEvaluation(ctx, engine, policies, gateway),
   });
   const openai = (prefix: string): Route[] => [
-    { ...base, method: 'GET', path: `${prefix}/models`, handler: (ctx) => ({ raw: listBody, headers: policies.admitLight(ctx) }) },
+    { ...base, method: 'GET', path: `${prefix}/models`, handler: async (ctx) => ({ raw: listBody, headers: await policies.admitLight(ctx) }) },
     {
       ...base,
       method: 'GET',
       path: `${prefix}/models/*modelId`,
-      handler: (ctx) => {
+      handler: async (ctx) => {
         const m = engine.model(ctx.params.modelId!);
         if (!m) throw new ApiError('not_found', `model ${JSON.stringify(ctx.params.modelId)} does not exist`, { param: 'model', code: 'model_not_found' });
-        return { body: modelObject(m), headers: policies.admitLight(ctx) };
+        return { body: modelObject(m), headers: await policies.admitLight(ctx) };
       },
     },
     {

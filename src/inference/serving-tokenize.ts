@@ -31,7 +31,7 @@ export async function serveTokenize(ctx: Ctx, engine: TokenizeEngine, policies: 
   const req = chat ? parse(TokenizeChat, body) : parse(TokenizeText, body);
   const model = findModel(engine, req.model);
   const tokens = 'messages' in req ? engine.encodeChat(model.id, chatMessages(req.messages)) : engine.encodeText(model.id, req.prompt, req.add_special_tokens ?? true);
-  const headers = policies.admitLight(ctx);
+  const headers = await policies.admitLight(ctx);
   return {
     body: { count: tokens.length, max_model_len: model.contextLength, tokens, token_strs: req.return_token_strs ? engine.tokenStrings(model.id, tokens) : null },
     headers,
@@ -43,6 +43,6 @@ export async function serveDetokenize(ctx: Ctx, engine: TokenizeEngine, policies
   const model = findModel(engine, req.model);
   const bad = req.tokens.findIndex((t) => t >= model.vocabSize);
   if (bad >= 0) throw invalid(`tokens.${bad}`, `must be a token id below ${model.vocabSize}, the vocabulary size of ${model.id}`, req.tokens[bad]);
-  const headers = policies.admitLight(ctx);
+  const headers = await policies.admitLight(ctx);
   return { body: { prompt: engine.decode(model.id, req.tokens) }, headers };
 }

@@ -22,7 +22,7 @@ export function opsRoutes(checks: ReadyCheck[], isShuttingDown: () => boolean, p
     { server: port, version: VERSION, node_version: process.version },
     1,
   );
-  const base = { method: 'GET' as const, family: 'platform' as const, auth: 'public' };
+  const base = { method: 'GET' as const, family: 'platform' as const, auth: 'public' as const };
   return [
     { ...base, path: '/healthz', handler: () => ({ body: { status: 'ok' } }) },
     // vLLM's and llama.cpp's liveness path, for tools that probe it.

@@ -2,7 +2,7 @@ import { ApiError } from '../../errors.js';
 import { counter } from '../../metrics.js';
 import { TokenBucket, formatDuration } from './bucket.js';
 
-const refusals = counter({
+export const rateLimitRefusals = counter({
   name: 'inference_rate_limit_refusals_total',
   help: 'Inference requests refused with 429 by a rate limit, by limit kind',
   labelNames: ['limit'],
@@ -16,6 +16,11 @@ export interface Limits {
 interface Pair {
   requests: TokenBucket;
   tokens: TokenBucket;
+}
+
+/** What the policies admit through: the in-process buckets, or Redis's (redis-limiter.ts). */
+export interface Limiter {
+  admit(scopes: Array<{ key: string; limits: Limits }>, tokens: number): Grant | Promise<Grant>;
 }
 
 export interface Grant {
@@ -62,7 +67,7 @@ export class RateLimiter {
       const tokWait = pair.tokens.waitMs(tokens, now);
       if (reqWait > 0 || tokWait > 0) {
         const which = reqWait >= tokWait ? 'requests' : 'tokens';
-        refusals.inc({ limit: which });
+        rateLimitRefusals.inc({ limit: which });
         const wait = Math.max(reqWait, tokWait);
         const headers = this.headers(pair, now);
         if (!Number.isFinite(wait)) {

@@ -5,7 +5,7 @@ import type { Ctx } from '../../http/context.js';
 import type { ServedModel } from '../engine-api.js';
 import type { Admission, Policies, Usage } from '../policy-api.js';
 import type { Charger } from './charger.js';
-import type { Limits, RateLimiter } from './limiter.js';
+import type { Limiter, Limits } from './limiter.js';
 import { requestedTeam } from './team-header.js';
 
 // A wallet's balance is re-read at most this often per wallet: the 402 check
@@ -44,7 +44,7 @@ export class GatewayPolicies implements Policies {
 
   constructor(
     private readonly sql: Sql,
-    private readonly limiter: RateLimiter,
+    private readonly limiter: Limiter,
     private readonly charger: Charger,
     private readonly defaults: Limits,
     private readonly clock: () => number = Date.now,
@@ -63,8 +63,8 @@ export class GatewayPolicies implements Policies {
     };
   }
 
-  admitLight(ctx: Ctx): Record<string, string> {
-    return this.limiter.admit([{ key: ctx.principal.keyId, limits: this.limitsOf(ctx) }], 0).headers;
+  async admitLight(ctx: Ctx): Promise<Record<string, string>> {
+    return (await this.limiter.admit([{ key: ctx.principal.keyId, limits: this.limitsOf(ctx) }], 0)).headers;
   }
 
   /** Whether the user may attribute usage to the run; like memberships, only a yes is cached. */
@@ -124,7 +124,7 @@ export class GatewayPolicies implements Policies {
         code: 'run_not_found',
       });
     }
-    const grant = this.limiter.admit([{ key: `${p.keyId}\u0000${model.id}`, limits: this.limitsOf(ctx) }], reservedTokens);
+    const grant = await this.limiter.admit([{ key: `${p.keyId}\u0000${model.id}`, limits: this.limitsOf(ctx) }], reservedTokens);
     let settled = false;
     return {
       headers: grant.headers,
