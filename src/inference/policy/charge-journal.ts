@@ -148,6 +148,7 @@ export class ChargeJournal {
   /** After the checkpoint committed: retired journals' files go. */
   committed(m: FlushMark): void {
     for (const r of m.retiring) {
+      if (!this.retiring.includes(r)) continue; // kept or closed already (a flush that committed after a stop gave up)
       fs.closeSync(r.fd);
       fs.rmSync(ChargeJournal.file(this.dir, r.id), { force: true });
     }
@@ -176,6 +177,7 @@ export class ChargeJournal {
     clearInterval(this.timer);
     this.sync();
     for (const j of [...this.retiring, { id: this.id, fd: this.fd }]) fs.closeSync(j.fd);
+    this.retiring = [];
   }
 }
 

@@ -120,8 +120,17 @@ export class Charger {
 
   /** Posts every whole unit owed. Serialised: one flush at a time. */
   flush(final = false): Promise<void> {
-    this.flushing = this.flushing.then(() => this.flushOnce(final)).catch((e) => log.error({ err: e }, 'inference charge flush failed; will retry'));
-    return this.flushing;
+    return this.chain(final).catch(() => {});
+  }
+
+  /**
+   * One flush after every flush before it (two at once would post the same units twice);
+   * the returned promise rejects when this one fails, the chain itself never does.
+   */
+  private chain(final: boolean): Promise<void> {
+    const p = this.flushing.then(() => this.flushOnce(final));
+    this.flushing = p.catch((e) => log.error({ err: e }, 'inference charge flush failed; will retry'));
+    return p;
   }
 
   private async flushOnce(final: boolean): Promise<void> {
@@ -181,7 +190,8 @@ export class Charger {
     const deadline = Date.now() + STOP_FLUSH_RETRY_MS;
     for (;;) {
       try {
-        await withTimeout(this.flushOnce(true), STOP_FLUSH_ATTEMPT_MS);
+        // Chained: a periodic flush still in flight finishes first; the timeout bounds only our wait.
+        await withTimeout(this.chain(true), STOP_FLUSH_ATTEMPT_MS);
         await withTimeout(this.journal.close(this.sql), STOP_FLUSH_ATTEMPT_MS);
         return { posted: true };
       } catch (e) {
