@@ -42,6 +42,16 @@ describe('structured outputs', () => {
     }
   });
 
+  it("works through the SDK's streaming helper: chat.completions.stream with a zod format parses the final message", async () => {
+    const { openai } = await client();
+    const runner = openai.chat.completions.stream({ model: MODELS[0]!, messages: [{ role: 'user', content: 'A person.' }], response_format: zodResponseFormat(Person, 'person'), max_tokens: 160, temperature: 1, seed: 9 });
+    let deltas = 0;
+    runner.on('content.delta', () => deltas++);
+    const final = await runner.finalChatCompletion();
+    expect(deltas).toBeGreaterThan(1);
+    expect(Person.safeParse(final.choices[0]!.message.parsed).success).toBe(true);
+  });
+
   it('streams a valid document, and json_object mode answers a JSON object', async () => {
     const { openai } = await client();
     const schema = { type: 'object', properties: { answer: { enum: ['yes', 'no'] }, score: { type: 'integer', minimum: 1, maximum: 5 } }, required: ['answer', 'score'], additionalProperties: false };
