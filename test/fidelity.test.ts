@@ -21,7 +21,7 @@ describe.skipIf(!shared)('converter fidelity through the daemon (stories260K)', 
     await fund(u.userId, 100_000);
     const openai = new OpenAI({ baseURL: `${daemon().inferenceUrl}/api/v1`, apiKey: u.key, maxRetries: 0 });
     for (const content of ['Once upon a time', 'Lily and Ben went to the beach.']) {
-      const prompt = text.encodeChat([{ role: 'user', content }]);
+      const prompt = await text.encodeChat([{ role: 'user', content }]);
       const N = 40;
       const ref = refGreedy(ck, prompt, N);
       const r = await openai.chat.completions.create({ model: 'cloudgate/stories260k', messages: [{ role: 'user', content }], max_tokens: N, temperature: 0 });

@@ -9,6 +9,8 @@ export interface ServedModel {
   id: string;
   kind: 'chat' | 'evaluation';
   contextLength: number;
+  /** The most characters one token stands for: a longer text than contextLength of these is refused untokenised. */
+  charsPerTokenMax: number;
   /** Token ids run from 0 to vocabSize - 1 (logit_bias keys are checked against it). */
   vocabSize: number;
   /** Whether its tokens' texts are known, so output can be constrained to a grammar. */

@@ -17,6 +17,11 @@ export interface Admission {
 }
 
 export interface Policies {
+  /**
+   * The payer's checks alone (team membership, wallet balance, run), from caches:
+   * run before tokenising a prompt, so that an empty wallet costs the daemon nothing.
+   */
+  check(ctx: Ctx): Promise<void>;
   admit(ctx: Ctx, model: ServedModel, reservedTokens: number): Promise<Admission>;
   /** Requests that do no model work (model listing): the request limit only; returns the headers. */
   admitLight(ctx: Ctx): Promise<Record<string, string>>;

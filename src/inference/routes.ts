@@ -6,6 +6,7 @@ import type { ModelObject } from './protocol.js';
 import { serveChat, type ChatEngine } from './serving-chat.js';
 import { serveCompletion } from './serving-completions.js';
 import { serveEvaluation } from './serving-eval.js';
+import { BodyScreen } from './screen.js';
 import { serveDetokenize, serveTokenize, type TokenizeEngine } from './serving-tokenize.js';
 import type { EvalEngine } from './evaluator/evaluate.js';
 
@@ -36,6 +37,7 @@ export const INFERENCE_PREFIXES = ['/v1', '/api/v1'] as const;
 
 export function inferenceRoutes(engine: InferenceEngine, policies: Policies, limits: InferenceLimits): Route[] {
   const base = { family: 'inference' as const, auth: 'inference:use' as const };
+  const screen = new BodyScreen(engine.list());
   // The model list is fixed after start: serialise it once.
   const listBody = JSON.stringify({ object: 'list', data: engine.list().map(modelObject) });
   const evalRoute = (path: string, gateway: boolean): Route => ({
@@ -43,7 +45,7 @@ export function inferenceRoutes(engine: InferenceEngine, policies: Policies, lim
     method: 'POST',
     path,
     bodyBytesMax: limits.evalBodyBytesMax,
-    handler: (ctx) => serveEvaluation(ctx, engine, policies, gateway),
+    handler: (ctx) => serveEvaluation(ctx, engine, policies, screen, gateway),
   });
   const openai = (prefix: string): Route[] => [
     { ...base, method: 'GET', path: `${prefix}/models`, handler: async (ctx) => ({ raw: listBody, headers: await policies.admitLight(ctx) }) },
@@ -64,7 +66,7 @@ export function inferenceRoutes(engine: InferenceEngine, policies: Policies, lim
       bodyBytesMax: limits.chatBodyBytesMax,
       // Streams and long generations end by their own deadline, not the default one.
       timeoutMs: limits.streamTimeoutMs,
-      handler: (ctx) => serveChat(ctx, engine, policies),
+      handler: (ctx) => serveChat(ctx, engine, policies, screen),
     },
     {
       ...base,
@@ -72,7 +74,7 @@ export function inferenceRoutes(engine: InferenceEngine, policies: Policies, lim
       path: `${prefix}/completions`,
       bodyBytesMax: limits.chatBodyBytesMax,
       timeoutMs: limits.streamTimeoutMs,
-      handler: (ctx) => serveCompletion(ctx, engine, policies),
+      handler: (ctx) => serveCompletion(ctx, engine, policies, screen),
     },
     evalRoute(`${prefix}/evaluations`, false),
   ];

@@ -6,6 +6,7 @@ import { parse } from '../http/validate.js';
 import type { ChatMessage, Cuts, GenerateEvent, LogitAdjust, ServedModel, TokenLogprob } from './engine-api.js';
 import type { Policies, Usage } from './policy-api.js';
 import { ChatCompletionRequest, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type LogprobItem } from './protocol.js';
+import type { BodyScreen } from './screen.js';
 import { SseStream } from './sse.js';
 import { responseGrammar, toolCallOf, toolPlan, type ToolPlan } from './structured.js';
 import { noteError } from '../http/respond.js';
@@ -19,7 +20,7 @@ function noteFirstToken(ctx: Ctx): false {
 /** What chat serving needs from the engine. */
 export interface ChatEngine {
   model(id: string): ServedModel | undefined;
-  encodeChat(modelId: string, messages: ChatMessage[]): number[];
+  encodeChat(modelId: string, messages: ChatMessage[]): Promise<number[]>;
   tokenBytes(modelId: string, id: number): Uint8Array;
   generate(modelId: string, req: import('./engine-api.js').GenerateRequest): AsyncGenerator<GenerateEvent>;
 }
@@ -34,6 +35,25 @@ export function resolveModel(engine: { model(id: string): ServedModel | undefine
   }
   return m;
 }
+
+/**
+ * Refuses a text that cannot fit the context before it is tokenised (the tokenizer
+ * costs 4-8 µs per character: a 4 MiB prompt is half a minute of CPU): no token
+ * stands for more than `charsPerTokenMax` characters, so this is a lower bound.
+ */
+export function checkChars(model: ServedModel, chars: number, param: string): void {
+  const tokensMin = Math.ceil(chars / model.charsPerTokenMax);
+  if (tokensMin > model.contextLength) {
+    throw new ApiError(
+      'invalid',
+      `this model's maximum context length is ${model.contextLength} tokens; ${param} has ${chars} characters, at least ${tokensMin} tokens (no token of ${model.id} stands for more than ${model.charsPerTokenMax} characters)`,
+      { param, code: 'context_length_exceeded' },
+    );
+  }
+}
+
+/** The characters of a chat's messages, for checkChars. */
+export const chatChars = (ms: ChatMessage[]): number => ms.reduce((n, m) => n + m.role.length + m.content.length, 0);
 
 /** The cap on the completion and the context length (prompt + completion), each a 400 naming its field. */
 export function checkContext(model: ServedModel, promptLen: number, promptParam: string, maxTokens: number, maxParam: string): void {
@@ -103,14 +123,16 @@ export function samplingOf(
   };
 }
 
-export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies): Promise<Reply | undefined> {
-  const req = parse(ChatCompletionRequest, await ctx.json());
+export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies, screen: BodyScreen): Promise<Reply | undefined> {
+  const req = parse(ChatCompletionRequest, await screen.json(ctx, 'chat'));
   const model = resolveModel(engine, req.model, 'chat');
   ctx.note({ model: model.id, stream: req.stream === true });
   const messages = chatMessages(req.messages);
   const maxParam = req.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
   const maxTokens = req.max_completion_tokens ?? req.max_tokens ?? model.maxTokensDefault;
-  const promptTokens = engine.encodeChat(model.id, messages);
+  checkChars(model, chatChars(messages), 'messages');
+  await policies.check(ctx);
+  const promptTokens = await engine.encodeChat(model.id, messages);
   checkContext(model, promptTokens.length, 'messages', maxTokens, maxParam);
   const stop = req.stop == null ? [] : typeof req.stop === 'string' ? [req.stop] : req.stop;
   const tool = toolPlan(req, model);

@@ -6,7 +6,8 @@ import { parse } from '../http/validate.js';
 import type { GenerateEvent, ServedModel, TokenLogprob } from './engine-api.js';
 import type { Policies, Usage } from './policy-api.js';
 import { COMPLETION_MAX_TOKENS_DEFAULT, CompletionRequest, type Completion, type FinishReason, type LegacyLogprobs } from './protocol.js';
-import { checkContext, resolveModel, samplingOf, type ChatEngine } from './serving-chat.js';
+import { checkChars, checkContext, resolveModel, samplingOf, type ChatEngine } from './serving-chat.js';
+import type { BodyScreen } from './screen.js';
 import { SseStream } from './sse.js';
 
 // POST /v1/completions: OpenAI's legacy text completions, which `vllm bench serve`,
@@ -14,7 +15,7 @@ import { SseStream } from './sse.js';
 // rate limits and billing as chat; each prompt of a batch is its own generation.
 
 export interface CompletionEngine extends ChatEngine {
-  encodeText(modelId: string, text: string, addSpecialTokens: boolean): number[];
+  encodeText(modelId: string, text: string, addSpecialTokens: boolean): Promise<number[]>;
   decode(modelId: string, ids: number[]): string;
 }
 
@@ -24,21 +25,30 @@ interface Prompt {
   text: string;
 }
 
-function prompts(req: CompletionRequest, engine: CompletionEngine, model: ServedModel): Prompt[] {
+async function prompts(req: CompletionRequest, engine: CompletionEngine, model: ServedModel, ctx: Ctx, policies: Policies): Promise<Prompt[]> {
   const p = req.prompt;
   const list: Array<string | number[]> = typeof p === 'string' ? [p] : typeof p[0] === 'number' ? [p as number[]] : (p as Array<string | number[]>);
-  return list.map((x, i) => {
-    const param = list.length === 1 && !Array.isArray(p[0]) && typeof p[0] !== 'string' ? 'prompt' : `prompt.${i}`;
-    if (typeof x === 'string') {
-      // As vLLM does: BOS first when the tokenizer config says so.
-      const tokens = engine.encodeText(model.id, x, true);
-      if (tokens.length === 0) throw invalid(typeof p === 'string' ? 'prompt' : param, 'must encode to at least one token', x);
-      return { tokens, text: x };
-    }
-    const bad = x.findIndex((t) => t >= model.vocabSize);
-    if (bad >= 0) throw invalid(`${param}.${bad}`, `must be a token id below ${model.vocabSize}, the vocabulary size of ${model.id}`, x[bad]);
-    return { tokens: x, text: engine.decode(model.id, x) };
-  });
+  // A lone prompt (a string or one token list) is `prompt`; one of a batch is `prompt.<i>`.
+  const single = typeof p === 'string' || typeof p[0] === 'number';
+  const paramOf = (i: number) => (single ? 'prompt' : `prompt.${i}`);
+  // Cheap refusals first: characters against the context, then the wallet; tokenising last.
+  list.forEach((x, i) => typeof x === 'string' && checkChars(model, x.length, paramOf(i)));
+  await policies.check(ctx);
+  const out: Prompt[] = [];
+  for (const [i, x] of list.entries()) out.push(await prompt(engine, model, x, paramOf(i)));
+  return out;
+}
+
+async function prompt(engine: CompletionEngine, model: ServedModel, x: string | number[], param: string): Promise<Prompt> {
+  if (typeof x === 'string') {
+    // As vLLM does: BOS first when the tokenizer config says so.
+    const tokens = await engine.encodeText(model.id, x, true);
+    if (tokens.length === 0) throw invalid(param, 'must encode to at least one token', x);
+    return { tokens, text: x };
+  }
+  const bad = x.findIndex((t) => t >= model.vocabSize);
+  if (bad >= 0) throw invalid(`${param}.${bad}`, `must be a token id below ${model.vocabSize}, the vocabulary size of ${model.id}`, x[bad]);
+  return { tokens: x, text: engine.decode(model.id, x) };
 }
 
 /** Legacy logprobs: parallel arrays of token texts, logprobs, top alternatives and character offsets. */
@@ -58,10 +68,10 @@ function legacyLogprobs(engine: CompletionEngine, modelId: string) {
   };
 }
 
-export async function serveCompletion(ctx: Ctx, engine: CompletionEngine, policies: Policies): Promise<Reply | undefined> {
-  const req = parse(CompletionRequest, await ctx.json());
+export async function serveCompletion(ctx: Ctx, engine: CompletionEngine, policies: Policies, screen: BodyScreen): Promise<Reply | undefined> {
+  const req = parse(CompletionRequest, await screen.json(ctx, 'completion'));
   const model = resolveModel(engine, req.model, 'chat');
-  const list = prompts(req, engine, model);
+  const list = await prompts(req, engine, model, ctx, policies);
   const maxTokens = req.max_tokens ?? COMPLETION_MAX_TOKENS_DEFAULT;
   list.forEach((p, i) => checkContext(model, p.tokens.length, list.length === 1 ? 'prompt' : `prompt.${i}`, maxTokens, 'max_tokens'));
   const stop = req.stop == null ? [] : typeof req.stop === 'string' ? [req.stop] : req.stop;

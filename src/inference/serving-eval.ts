@@ -8,6 +8,7 @@ import type { ServedModel } from './engine-api.js';
 import { planEvaluation, type EvalEngine } from './evaluator/evaluate.js';
 import type { Policies } from './policy-api.js';
 import { EvaluationRequest, type EvaluationResponse } from './protocol.js';
+import type { BodyScreen } from './screen.js';
 import { resolveModel } from './serving-chat.js';
 
 /** The gateway protocol's version this server speaks (Evaluation Model V4). */
@@ -22,17 +23,19 @@ export async function serveEvaluation(
   ctx: Ctx,
   engine: EvalEngine & { model(id: string): ServedModel | undefined },
   policies: Policies,
+  screen: BodyScreen,
   gateway: boolean,
 ): Promise<Reply> {
   const inferenceId = `eval-${randomUUID()}`;
   ctx.note({ inferenceId, stream: false });
   try {
-    const req = parse(EvaluationRequest, await ctx.json());
+    const req = parse(EvaluationRequest, await screen.json(ctx, 'evaluation'));
     const modelId = req.model ?? (gateway ? ctx.header('ai-model-id') : undefined);
     if (!modelId) throw invalid('model', gateway ? 'is required, in the body or in the ai-model-id header' : 'is required', req.model);
     const model = resolveModel(engine, modelId, 'evaluation');
     ctx.note({ model: model.id });
-    const plan = planEvaluation(engine, model, req);
+    await policies.check(ctx);
+    const plan = await planEvaluation(engine, model, req);
     const version = ctx.header('ai-evaluation-model-specification-version');
     if (version !== undefined && version !== SPEC_VERSION) {
       plan.warnings.push({ type: 'compatibility', feature: 'ai-evaluation-model-specification-version', details: `requested ${version}; answered as version ${SPEC_VERSION}` });

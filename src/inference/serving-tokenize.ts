@@ -5,7 +5,7 @@ import { invalid } from '../errors.js';
 import type { ChatMessage, ServedModel } from './engine-api.js';
 import type { Policies } from './policy-api.js';
 import { DetokenizeRequest, TokenizeChat, TokenizeText } from './protocol.js';
-import { chatMessages, resolveModel } from './serving-chat.js';
+import { chatChars, chatMessages, checkChars, resolveModel } from './serving-chat.js';
 
 // vLLM's /tokenize and /detokenize: what a client needs to count tokens or check a
 // prompt against the context length before sending it. No model work: the request
@@ -13,8 +13,8 @@ import { chatMessages, resolveModel } from './serving-chat.js';
 
 export interface TokenizeEngine {
   model(id: string): ServedModel | undefined;
-  encodeChat(modelId: string, messages: ChatMessage[]): number[];
-  encodeText(modelId: string, text: string, addSpecialTokens: boolean): number[];
+  encodeChat(modelId: string, messages: ChatMessage[]): Promise<number[]>;
+  encodeText(modelId: string, text: string, addSpecialTokens: boolean): Promise<number[]>;
   decode(modelId: string, ids: number[]): string;
   tokenStrings(modelId: string, ids: number[]): string[];
 }
@@ -30,8 +30,19 @@ export async function serveTokenize(ctx: Ctx, engine: TokenizeEngine, policies: 
   const chat = body !== null && typeof body === 'object' && 'messages' in body;
   const req = chat ? parse(TokenizeChat, body) : parse(TokenizeText, body);
   const model = findModel(engine, req.model);
-  const tokens = 'messages' in req ? engine.encodeChat(model.id, chatMessages(req.messages)) : engine.encodeText(model.id, req.prompt, req.add_special_tokens ?? true);
-  const headers = await policies.admitLight(ctx);
+  // A text that cannot fit the context is refused untokenised (its count would only say so, slowly).
+  let tokens: number[];
+  let headers: Record<string, string>;
+  if ('messages' in req) {
+    const messages = chatMessages(req.messages);
+    checkChars(model, chatChars(messages), 'messages');
+    headers = await policies.admitLight(ctx);
+    tokens = await engine.encodeChat(model.id, messages);
+  } else {
+    checkChars(model, req.prompt.length, 'prompt');
+    headers = await policies.admitLight(ctx);
+    tokens = await engine.encodeText(model.id, req.prompt, req.add_special_tokens ?? true);
+  }
   return {
     body: { count: tokens.length, max_model_len: model.contextLength, tokens, token_strs: req.return_token_strs ? engine.tokenStrings(model.id, tokens) : null },
     headers,

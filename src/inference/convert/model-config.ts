@@ -11,7 +11,7 @@ export type ModelKind = ServedModel['kind'];
 
 /** cloudgate.json: what the engine serves the model as (`created` in unix seconds). */
 // The vocabulary size is read from the graph at load, not written in cloudgate.json.
-export type CloudgateModelConfig = Omit<ServedModel, 'vocabSize' | 'structuredOutput'>;
+export type CloudgateModelConfig = Omit<ServedModel, 'vocabSize' | 'structuredOutput' | 'charsPerTokenMax'>;
 
 export interface SourceRecord {
   /** sha256 over the converter version, inputs and options */

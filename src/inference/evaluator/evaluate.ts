@@ -7,7 +7,7 @@ import { commonPrefix, distribution, needsTerminator, planBranches } from './sco
 
 /** What evaluation needs from the engine. */
 export interface EvalEngine {
-  encode(modelId: string, text: string): number[];
+  encode(modelId: string, text: string): Promise<number[]>;
   bosTokens(modelId: string): number[];
   scoreBranches(
     modelId: string,
@@ -37,30 +37,34 @@ const DETAILS: Detail[] = ['full', 'names', 'none'];
  * they part from the lead's own tokens, so that a leading space, say, joins
  * the first word as it would in running text.
  */
-function continuations(encode: Encode, lead: string, texts: string[]): number[][] {
-  const base = encode(lead);
-  const full = texts.map((t) => encode(lead + t));
+async function continuations(encode: Encode, lead: string, texts: string[]): Promise<number[][]> {
+  const base = await encode(lead);
+  const full: number[][] = [];
+  for (const t of texts) full.push(await encode(lead + t));
   const cut = Math.min(commonPrefix([base, ...full]), base.length);
   return full.map((f) => f.slice(cut));
 }
 
 /** Tokens of each answer as it continues `A:`; see score.ts for why terminators. */
-function answerTokens(encode: Encode, texts: string[]): number[][] {
-  const plain = continuations(encode, ANSWER_LEAD, texts.map((t) => ` ${t}`));
+async function answerTokens(encode: Encode, texts: string[]): Promise<number[][]> {
+  const plain = await continuations(encode, ANSWER_LEAD, texts.map((t) => ` ${t}`));
   return needsTerminator(plain) ? continuations(encode, ANSWER_LEAD, texts.map((t) => ` ${t}\n`)) : plain;
 }
 
-type Encode = (text: string) => number[];
+type Encode = (text: string) => Promise<number[]>;
 
 /** The model's encoder, remembering within one request: every boolean question shares its answers' tokens. */
 function memoEncoder(engine: EvalEngine, modelId: string): Encode {
-  const seen = new Map<string, number[]>();
+  const seen = new Map<string, Promise<number[]>>();
   return (text) => {
     let t = seen.get(text);
     if (!t) seen.set(text, (t = engine.encode(modelId, text)));
-    return t;
+    return t.then((ids) => [...ids]);
   };
 }
+
+const stateTooLong = (model: ServedModel, size: string) =>
+  new ApiError('invalid', `the state takes ${size}; model ${model.id} reads at most ${model.contextLength} tokens in all`, { param: 'state', code: 'context_length_exceeded' });
 
 export interface EvaluationPlan {
   prefixTokens: number[];
@@ -71,33 +75,43 @@ export interface EvaluationPlan {
   finish(logprobs: Float32Array[], processedTokens: number): EvaluationResult;
 }
 
-/** Validates images, tokenises the state and every question, and lays out the branches. No model work. */
-export function planEvaluation(engine: EvalEngine, model: ServedModel, req: EvaluationRequest): EvaluationPlan {
+/**
+ * Validates images, tokenises the state and every question (long texts off the
+ * event loop), and lays out the branches. No model work.
+ */
+export async function planEvaluation(engine: EvalEngine, model: ServedModel, req: EvaluationRequest): Promise<EvaluationPlan> {
   const warnings: Warning[] = [];
   if (req.images?.length) {
     validateImages(req.images);
     warnings.push({ type: 'unsupported', feature: 'images', details: `model ${model.id} reads text only; the ${req.images.length} image(s) were not used` });
   }
-  const prefixTokens = [...engine.bosTokens(model.id), ...engine.encode(model.id, prefixText(req.state))];
-  if (prefixTokens.length >= model.contextLength) {
-    throw new ApiError('invalid', `the state takes ${prefixTokens.length} tokens; model ${model.id} reads at most ${model.contextLength} in all`, {
-      param: 'state',
-      code: 'context_length_exceeded',
-    });
-  }
+  const prefix = prefixText(req.state);
+  // No token stands for more than charsPerTokenMax characters: a state too long by that
+  // bound is refused before the tokenizer spends seconds on it.
+  const prefixTokensMin = Math.ceil(prefix.length / model.charsPerTokenMax);
+  if (prefixTokensMin >= model.contextLength) throw stateTooLong(model, `${prefix.length} characters, at least ${prefixTokensMin} tokens`);
+  const prefixTokens = [...engine.bosTokens(model.id), ...(await engine.encode(model.id, prefix))];
+  if (prefixTokens.length >= model.contextLength) throw stateTooLong(model, `${prefixTokens.length} tokens`);
   const room = model.contextLength - prefixTokens.length;
   // Single-token yes/no words keep a boolean question to one branch.
   const encode = memoEncoder(engine, model.id);
-  const booleanWords = BOOLEAN_WORDS.find((w) => answerTokens(encode, w).every((t) => t.length === 1)) ?? BOOLEAN_WORDS[0]!;
+  let booleanWords = BOOLEAN_WORDS[0]!;
+  for (const w of BOOLEAN_WORDS) {
+    if ((await answerTokens(encode, w)).every((t) => t.length === 1)) {
+      booleanWords = w;
+      break;
+    }
+  }
   const branches: BranchSpec[] = [];
   const planned: Planned[] = [];
   for (const [id, question] of Object.entries(req.questions)) {
     let done = false;
     for (const detail of DETAILS) {
       const plan = planQuestion(question, detail, booleanWords);
-      const alts = answerTokens(encode, plan.alternatives.map((a) => a.text));
+      if (Math.max(...plan.texts.map((t) => t.length)) > room * model.charsPerTokenMax) continue;
+      const alts = await answerTokens(encode, plan.alternatives.map((a) => a.text));
       const longestAlt = Math.max(...alts.map((a) => a.length));
-      const qTokens = continuations(encode, QUESTION_LEAD, plan.texts);
+      const qTokens = await continuations(encode, QUESTION_LEAD, plan.texts);
       if (Math.max(...qTokens.map((q) => q.length)) + longestAlt > room) continue;
       planned.push({ id, question, keys: plan.alternatives.map((a) => a.key), rotations: qTokens.map((q) => planBranches(q, alts, branches)) });
       done = true;

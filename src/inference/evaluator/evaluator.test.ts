@@ -97,7 +97,7 @@ describe('trie scoring of multi-token answers', () => {
 describe('planEvaluation on a fake engine', () => {
   // Characters are tokens; log-probs are a fixed pseudo-random function of the branch.
   const engine: EvalEngine = {
-    encode: (_m, text) => [...text].map((c) => c.charCodeAt(0) % 256),
+    encode: async (_m, text) => [...text].map((c) => c.charCodeAt(0) % 256),
     bosTokens: () => [1],
     scoreBranches: async (_m, { prefixTokens, branches }) => ({
       processedTokens: prefixTokens.length + branches.reduce((s, b) => s + b.tokens.length, 0),
@@ -109,7 +109,7 @@ describe('planEvaluation on a fake engine', () => {
       }),
     }),
   };
-  const model: ServedModel = { id: 'm', kind: 'evaluation', contextLength: 4096, maxTokensDefault: 1, maxTokensCap: 1, prices: { inputPerMTok: 1, outputPerMTok: 0 }, ownedBy: 'x', created: 0 };
+  const model: ServedModel = { id: 'm', kind: 'evaluation', contextLength: 4096, charsPerTokenMax: 1, maxTokensDefault: 1, maxTokensCap: 1, prices: { inputPerMTok: 1, outputPerMTok: 0 }, ownedBy: 'x', created: 0 };
 
   it('answers every type with distributions that sum to 1 and scores equal to their weighted mean', async () => {
     for (let seed = 0; seed < 20; seed++) {
@@ -123,7 +123,7 @@ describe('planEvaluation on a fake engine', () => {
           s: { type: 'score', criteria: Array.from({ length: nLevels }, (_, i) => `l${i}`) },
         },
       });
-      const plan = planEvaluation(engine, model, req);
+      const plan = await planEvaluation(engine, model, req);
       const out = await engine.scoreBranches('m', plan);
       const r = plan.finish(out.logprobs, out.processedTokens);
       expect(r.usage).toEqual({ inputTokens: plan.tokens, outputTokens: 0 });
@@ -145,11 +145,11 @@ describe('planEvaluation on a fake engine', () => {
     }
   });
 
-  it('warns that images are unsupported on a text model and refuses a state over the context', () => {
+  it('warns that images are unsupported on a text model and refuses a state over the context', async () => {
     const req = parse(EvaluationRequest, { state: 's', questions: { b: { type: 'boolean' } }, images: [png(100)] });
-    expect(planEvaluation(engine, model, req).warnings).toEqual([{ type: 'unsupported', feature: 'images', details: expect.stringContaining('text only') }]);
+    expect((await planEvaluation(engine, model, req)).warnings).toEqual([{ type: 'unsupported', feature: 'images', details: expect.stringContaining('text only') }]);
     const big = parse(EvaluationRequest, { state: 'y'.repeat(5000), questions: { b: { type: 'boolean' } } });
-    const e = fails(() => planEvaluation(engine, model, big));
+    const e = await planEvaluation(engine, model, big).then(() => { throw new Error('accepted'); }, (x: ApiError) => x);
     expect(e.code).toBe('context_length_exceeded');
     expect(e.param).toBe('state');
   });
@@ -160,7 +160,7 @@ describe('planEvaluation on a fake engine', () => {
       state: 's',
       questions: { c: { type: 'choice', criteria: Object.fromEntries(Array.from({ length: 255 }, (_, i) => [`o${i}`, `a long description of option ${i}`])) } },
     });
-    const plan = planEvaluation(engine, small, req);
+    const plan = await planEvaluation(engine, small, req);
     const out = await engine.scoreBranches('m', plan);
     const c = plan.finish(out.logprobs, out.processedTokens).answers.c!;
     expect(c.type === 'choice' && Object.keys(c.probabilities).length).toBe(255);

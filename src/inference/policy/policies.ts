@@ -75,7 +75,12 @@ export class GatewayPolicies implements Policies {
     return yes;
   }
 
-  async admit(ctx: Ctx, model: ServedModel, reservedTokens: number): Promise<Admission> {
+  async check(ctx: Ctx): Promise<void> {
+    await this.payer(ctx);
+  }
+
+  /** Who pays (team header, wallet, balance) and the run the usage counts against; every answer but a yes cached. */
+  private async payer(ctx: Ctx): Promise<{ walletId: string; teamId: string | null; runId: string | null }> {
     const p = ctx.principal;
     const now = this.clock();
     const team = requestedTeam(ctx);
@@ -124,7 +129,12 @@ export class GatewayPolicies implements Policies {
         code: 'run_not_found',
       });
     }
-    const grant = await this.limiter.admit([{ key: `${p.keyId}\u0000${model.id}`, limits: this.limitsOf(ctx) }], reservedTokens);
+    return { walletId, teamId, runId };
+  }
+
+  async admit(ctx: Ctx, model: ServedModel, reservedTokens: number): Promise<Admission> {
+    const { walletId, teamId, runId } = await this.payer(ctx);
+    const grant = await this.limiter.admit([{ key: `${ctx.principal.keyId}\u0000${model.id}`, limits: this.limitsOf(ctx) }], reservedTokens);
     let settled = false;
     return {
       headers: grant.headers,

@@ -42,7 +42,12 @@ async function collect(it: AsyncGenerator<GenerateEvent>): Promise<{ ids: number
 // Real weights (when ../shared/models is there) make varied text, so equal token runs mean something.
 const REAL = 'cloudgate/stories260k';
 const gen = () => (engine.model(REAL) ? REAL : CHAT);
-const prompt = (i: number) => engine.encodeChat(gen(), [{ role: 'user', content: `Once upon a time ${i} ${'there was a dog '.repeat(i)}` }]);
+// Prompts 0-19, encoded once before the tests (encoding is async: long texts go to the tokenizer thread).
+const prompts: number[][] = [];
+beforeAll(async () => {
+  for (let i = 0; i < 20; i++) prompts.push(await engine.encodeChat(gen(), [{ role: 'user', content: `Once upon a time ${i} ${'there was a dog '.repeat(i)}` }]));
+});
+const prompt = (i: number) => prompts[i]!;
 const greedy = (tokens: number[], maxTokens = 12, extra = {}) => engine.generate(gen(), { promptTokens: tokens, maxTokens, temperature: 0, topP: 1, stop: [], ...extra });
 
 async function gaugeValue(name: string, model: string): Promise<number> {
@@ -132,10 +137,10 @@ describe('engine', () => {
   });
 
   it('scores branches from one shared prefix as if each were run from scratch, counting the prefix once', async () => {
-    const prefix = engine.encode(EVAL, 'The state of the world is calm today.');
-    const q = engine.encode(EVAL, ' Is it calm? Answer:');
+    const prefix = await engine.encode(EVAL, 'The state of the world is calm today.');
+    const q = await engine.encode(EVAL, ' Is it calm? Answer:');
     // two roots, and a branch of the first branch (a second answer token)
-    const branches = [{ parent: -1, tokens: q }, { parent: -1, tokens: engine.encode(EVAL, ' Is it loud?') }, { parent: 0, tokens: [5] }, { parent: -1, tokens: [7] }];
+    const branches = [{ parent: -1, tokens: q }, { parent: -1, tokens: await engine.encode(EVAL, ' Is it loud?') }, { parent: 0, tokens: [5] }, { parent: -1, tokens: [7] }];
     const full = [q, branches[1]!.tokens, [...q, 5], [7]];
     const shared = await engine.scoreBranches(EVAL, { prefixTokens: prefix, branches });
     expect(shared.processedTokens).toBe(prefix.length + branches.reduce((s, b) => s + b.tokens.length, 0));
@@ -159,8 +164,8 @@ describe('engine without a usable branch graph', () => {
       fs.writeFileSync(path.join(dir, 'eval', 'branch.onnx'), 'not a model');
       const plain = await Engine.load({ modelsDir: dir, executionProvider: 'cpu', strict: false, intraOpThreads: 1 });
       try {
-        const prefix = engine.encode(EVAL, 'The state of the world is calm today.');
-        const branches = [{ parent: -1, tokens: engine.encode(EVAL, ' Is it calm?') }, { parent: 0, tokens: [5] }];
+        const prefix = await engine.encode(EVAL, 'The state of the world is calm today.');
+        const branches = [{ parent: -1, tokens: await engine.encode(EVAL, ' Is it calm?') }, { parent: 0, tokens: [5] }];
         const want = await engine.scoreBranches(EVAL, { prefixTokens: prefix, branches });
         const got = await plain.scoreBranches(EVAL, { prefixTokens: prefix, branches });
         for (let i = 0; i < branches.length; i++) {
@@ -181,7 +186,7 @@ describe('engine backpressure', () => {
   it('pauses a sequence whose reader stops reading, keeps the others going, and resumes it with the same tokens', async () => {
     const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { pendingTokensMax: 4, decodeRunStepsMax: 4 } });
     try {
-      const p = small.encodeChat(CHAT, [{ role: 'user', content: 'a slow reader' }]);
+      const p = await small.encodeChat(CHAT, [{ role: 'user', content: 'a slow reader' }]);
       const g = () => small.generate(CHAT, { promptTokens: p, maxTokens: 40, temperature: 0, topP: 1, stop: [] });
       const reference = await collect(g());
       const base = await gaugeValue('vllm:generation_tokens_total', CHAT);
@@ -210,8 +215,8 @@ describe('engine queue', () => {
   it('answers overloaded when the waiting queue is full', async () => {
     const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { batchSizeMax: 1, queueDepthMax: 1 } });
     try {
-      const p = () => small.encodeChat(CHAT, [{ role: 'user', content: 'x' }]);
-      const g = (n: number) => small.generate(CHAT, { promptTokens: p(), maxTokens: n, temperature: 0, topP: 1, stop: [] });
+      const x = await small.encodeChat(CHAT, [{ role: 'user', content: 'x' }]);
+      const g = (n: number) => small.generate(CHAT, { promptTokens: [...x], maxTokens: n, temperature: 0, topP: 1, stop: [] });
       const first = collect(g(100));
       await new Promise((r) => setTimeout(r, 5));
       const second = collect(g(2));
@@ -241,7 +246,7 @@ describe.skipIf(!fs.existsSync(HF))('a real Hugging Face optimum export (../shar
     const e = await Engine.load({ modelsDir: dir, executionProvider: 'cpu', strict: false, intraOpThreads: 1 });
     try {
       expect(e.list().map((x) => x.id)).toEqual(['hf/tiny-random-llama']);
-      const tokens = e.encodeChat('hf/tiny-random-llama', [{ role: 'user', content: 'Hello there' }]);
+      const tokens = await e.encodeChat('hf/tiny-random-llama', [{ role: 'user', content: 'Hello there' }]);
       expect(tokens[0]).toBe(1); // <s> from the [INST] template
       const r = await collect(e.generate('hf/tiny-random-llama', { promptTokens: tokens, maxTokens: 6, temperature: 0, topP: 1, stop: [] }));
       expect(r.done.completionTokens + (r.done.finishReason === 'stop' ? 0 : 0)).toBeGreaterThan(0);

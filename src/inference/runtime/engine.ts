@@ -68,6 +68,7 @@ export class Engine implements InferenceEngine {
           id: c.id,
           kind: c.kind,
           contextLength: c.contextLength,
+          charsPerTokenMax: text.charsPerTokenMax,
           vocabSize: runner.arch.vocab,
           structuredOutput: tokenTexts !== undefined,
           maxTokensCap: c.maxTokensCap ?? c.contextLength,
@@ -100,18 +101,19 @@ export class Engine implements InferenceEngine {
     return this.models.get(id)?.info;
   }
 
-  encodeChat(modelId: string, messages: ChatMessage[]): number[] {
+  encodeChat(modelId: string, messages: ChatMessage[]): Promise<number[]> {
     return this.get(modelId).text.encodeChat(messages);
   }
 
-  encode(modelId: string, text: string): number[] {
-    return this.get(modelId).text.encode(text);
+  encode(modelId: string, text: string): Promise<number[]> {
+    return this.get(modelId).text.encodeAsync(text);
   }
 
   /** Plain text; with special tokens, BOS first as the model's tokenizer config says (vLLM's /tokenize). */
-  encodeText(modelId: string, text: string, addSpecialTokens: boolean): number[] {
+  async encodeText(modelId: string, text: string, addSpecialTokens: boolean): Promise<number[]> {
     const t = this.get(modelId).text;
-    return addSpecialTokens ? [...t.bosTokens(), ...t.encode(text)] : t.encode(text);
+    const ids = await t.encodeAsync(text);
+    return addSpecialTokens ? [...t.bosTokens(), ...ids] : ids;
   }
 
   decode(modelId: string, ids: number[]): string {

@@ -126,14 +126,14 @@ export class Runner {
   }
 }
 
-/** The compiled worker: next to this file in dist/, or dist/ of the repo when this file runs as .ts (vitest). */
-function workerPath(): string {
+/** A worker script of this folder, compiled: beside this file under dist/, or in dist/ when run from source (vitest). */
+export function workerPath(name = 'worker.js'): string {
   const here = fileURLToPath(import.meta.url);
-  const beside = path.join(path.dirname(here), 'worker.js');
+  const beside = path.join(path.dirname(here), name);
   if (fs.existsSync(beside)) return beside;
   let d = path.dirname(here);
   while (!fs.existsSync(path.join(d, 'package.json'))) d = path.dirname(d);
-  const built = path.join(d, 'dist/src/inference/runtime/worker.js');
+  const built = path.join(d, 'dist/src/inference/runtime', name);
   if (!fs.existsSync(built)) throw new Error(`model worker not built: run npm run build (looked for ${built})`);
   return built;
 }

@@ -4,6 +4,7 @@ import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { ApiError } from '../../errors.js';
 import type { ChatMessage } from '../engine-api.js';
+import { TOKENIZE_INLINE_CHARS_MAX, tokenizeThread } from './tokenize-thread.js';
 
 // Text in and out of a model: its tokenizer.json, the chat template of its
 // tokenizer_config.json, and incremental detokenisation for streams.
@@ -20,7 +21,13 @@ export class ModelText {
   private readonly eos: string;
   private readonly addBos: boolean;
 
-  constructor(dir: string) {
+  /**
+   * The most characters (UTF-16 units) one token can stand for: a text longer than
+   * contextLength times this cannot fit, and is refused before it is tokenised.
+   */
+  readonly charsPerTokenMax: number;
+
+  constructor(private readonly dir: string) {
     const tj = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8'));
     const tc = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
     this.tokenizer = new Tokenizer(tj, tc);
@@ -48,6 +55,24 @@ export class ModelText {
         this.pieceText.push(undefined);
       }
     }
+    this.charsPerTokenMax = this.longestToken(tj);
+  }
+
+  /**
+   * From the decoded pieces where they are known, else from the vocabulary's
+   * names (a byte-level or SentencePiece name is at least as long as its text);
+   * added tokens (`<|im_start|>`) are matched whole in user text, so they count.
+   */
+  private longestToken(tj: { model?: { vocab?: unknown } }): number {
+    let n = 1;
+    if (this.pieces) for (const p of this.pieceText) n = Math.max(n, p?.length ?? 0);
+    else {
+      const v = tj.model?.vocab;
+      const names = Array.isArray(v) ? v.map((e) => (Array.isArray(e) ? e[0] : e)) : v && typeof v === 'object' ? Object.keys(v) : [];
+      for (const name of names) if (typeof name === 'string') n = Math.max(n, name.length);
+    }
+    for (const t of this.tokenizer.get_added_tokens_decoder().values()) n = Math.max(n, t.content.length);
+    return n;
   }
 
   /**
@@ -99,12 +124,23 @@ export class ModelText {
     return this.tokenizer.encode(text, { add_special_tokens: false }).ids;
   }
 
+  /** The same ids; a long text is encoded on the tokenizer thread, never on the event loop. */
+  encodeAsync(text: string): Promise<number[]> {
+    return text.length <= TOKENIZE_INLINE_CHARS_MAX ? Promise.resolve(this.encode(text)) : tokenizeThread.encode(this.dir, text);
+  }
+
   bosTokens(): number[] {
     return this.addBos ? [this.bosId!] : [];
   }
 
   /** Renders the chat template and encodes it; BOS is prepended only if the template did not write it. */
-  encodeChat(messages: ChatMessage[]): number[] {
+  async encodeChat(messages: ChatMessage[]): Promise<number[]> {
+    const ids = await this.encodeAsync(this.renderChat(messages));
+    if (this.addBos && ids[0] !== this.bosId) ids.unshift(this.bosId!);
+    return ids;
+  }
+
+  private renderChat(messages: ChatMessage[]): string {
     let text: string;
     if (this.template) {
       try {
@@ -115,9 +151,7 @@ export class ModelText {
     } else {
       text = `${messages.map((m) => `${m.role}: ${m.content}`).join('\n')}\nassistant:`;
     }
-    const ids = this.encode(text);
-    if (this.addBos && ids[0] !== this.bosId) ids.unshift(this.bosId!);
-    return ids;
+    return text;
   }
 
   decode(ids: number[]): string {
