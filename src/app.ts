@@ -10,6 +10,7 @@ import { HttpServer } from './http/server.js';
 import { opsRoutes, type ReadyCheck } from './ops/routes.js';
 import { enableDefaultMetrics } from './metrics.js';
 import { log } from './log.js';
+import { ApiError } from './errors.js';
 
 /** What the route families get: configuration, the database, and lifecycle hooks. */
 export interface Services {
@@ -31,6 +32,8 @@ export interface Daemon {
 
 /** Seconds queries still running at stop get before their connections close. */
 const DB_CLOSE_WAIT_S = 1;
+/** After the grace, how long requests told of the shutdown get to write that (an error frame). */
+const SHUTDOWN_ABORT_WAIT_MS = 250;
 /** How long a stop waits for the embedded PostgreSQL to shut down cleanly. */
 const EMBEDDED_STOP_WAIT_MS = 2_000;
 
@@ -104,7 +107,13 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
       shuttingDown = true;
       for (const s of servers) s.stopAccepting();
       const drained = await Promise.all(servers.map((s) => s.drain(config.SHUTDOWN_GRACE_MS)));
-      if (!drained.every(Boolean)) log.warn('shutdown grace period ended with requests still in flight');
+      if (!drained.every(Boolean)) {
+        log.warn('shutdown grace period ended with requests still in flight; they are told so');
+        // Each gets a 503 or, mid-stream, an in-band error, instead of a cut connection.
+        const err = new ApiError('unavailable', 'the server is shutting down; retry on another replica', { code: 'shutting_down', retryAfterMs: 1_000 });
+        for (const s of servers) s.abortInflight(err);
+        await Promise.all(servers.map((s) => s.drain(SHUTDOWN_ABORT_WAIT_MS)));
+      }
       for (const s of servers) s.close();
       let failed = 0;
       for (const fn of hooks.reverse()) {

@@ -59,6 +59,12 @@ export class Ctx {
   private jsonParsed = false;
   private onWritableWaiter: (() => void) | undefined;
   private streamEnded = false;
+  /**
+   * Set by the server: gives this request the default deadline (REQUEST_TIMEOUT_MS,
+   * from its start) in place of its route's. A route that may stream has the stream
+   * deadline; its handler calls this once the body says it will not stream.
+   */
+  useDefaultDeadline: () => void = () => undefined;
 
   constructor(
     readonly res: HttpResponse,

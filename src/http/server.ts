@@ -67,6 +67,8 @@ export interface ServerOptions {
 export class HttpServer {
   private listenSocket: us_listen_socket | undefined;
   private inflight = 0;
+  /** The requests in flight, so that the end of a shutdown's grace can tell each of them. */
+  private readonly live = new Set<Ctx>();
   private readonly deadlines = new Set<Deadline>();
   private deadlineTimer: NodeJS.Timeout | undefined;
   /** Label-bound metric children by route, method and status: a hit skips prom-client's label hashing. */
@@ -111,6 +113,17 @@ export class HttpServer {
     ]);
   }
 
+  /**
+   * Ends every request in flight with `err` (the shutdown's grace is over): one not
+   * answered yet gets it as its response, a stream in-band from its handler.
+   */
+  abortInflight(err: ApiError): void {
+    for (const ctx of this.live) {
+      ctx.cancel(err);
+      if (!ctx.responded && !ctx.aborted) sendError(ctx, err);
+    }
+  }
+
   close(): void {
     this.stopAccepting();
     (this.app as unknown as { close(): void }).close();
@@ -146,6 +159,7 @@ export class HttpServer {
       ctx.family = match.route.family;
     }
     this.inflight++;
+    this.live.add(ctx);
     const done = this.readBody(ctx, method, match);
     void this.handle(ctx, match, allowed, done).finally(() => this.finish(ctx));
   }
@@ -202,9 +216,16 @@ export class HttpServer {
       const route = match.route;
       const timeoutMs = route.timeoutMs === undefined ? this.opts.timeoutMs : route.timeoutMs;
       if (timeoutMs !== null) {
-        deadline = { ctx, at: performance.now() + timeoutMs, ms: timeoutMs };
-        this.deadlines.add(deadline);
+        const d: Deadline = (deadline = { ctx, at: performance.now() + timeoutMs, ms: timeoutMs });
+        this.deadlines.add(d);
         this.armDeadlines();
+        const defaultMs = this.opts.timeoutMs;
+        if (defaultMs < timeoutMs) {
+          ctx.useDefaultDeadline = () => {
+            d.at = ctx.startedAt + defaultMs;
+            d.ms = defaultMs;
+          };
+        }
       }
       if (route.auth !== 'public') {
         ctx.principal = await this.opts.auth.authenticate(ctx.header('authorization'));
@@ -277,6 +298,7 @@ export class HttpServer {
       },
       'request',
     );
+    this.live.delete(ctx);
     if (--this.inflight === 0) {
       const w = this.drainWaiters;
       this.drainWaiters = [];

@@ -1,3 +1,5 @@
+import { ApiError } from '../errors.js';
+
 // What the HTTP side of inference needs from the engine; src/inference/engine implements it.
 
 export interface ChatMessage {
@@ -55,7 +57,32 @@ export interface TokenLogprob {
 export type GenerateEvent =
   /** `logprobs[i]` belongs to `tokenIds[i]`, present when the request asked for them. */
   | { type: 'delta'; text: string; tokenIds: number[]; logprobs?: TokenLogprob[] }
-  | { type: 'done'; finishReason: 'stop' | 'length' | 'cancelled'; promptTokens: number; completionTokens: number };
+  | {
+      type: 'done';
+      /**
+       * `cancelled`: the reader went away or its deadline passed (the request's signal says which);
+       * `failed`: the engine could not go on (a step failed, the worker died): `failure` says why.
+       */
+      finishReason: 'stop' | 'length' | 'cancelled' | 'failed';
+      promptTokens: number;
+      completionTokens: number;
+      failure?: EngineFailure;
+    };
+
+/** Why the engine ended a sequence it could not finish; `retryable`: the model is coming back (a restarted worker). */
+export interface EngineFailure {
+  message: string;
+  retryable: boolean;
+}
+
+/** How long a client is asked to wait after a retryable failure: about a worker's restart (a model load). */
+const ENGINE_RETRY_AFTER_MS = 2_000;
+
+/** A failure as the API reports it: 503 with Retry-After while the model comes back, else 500. */
+export const engineError = (f: EngineFailure): ApiError =>
+  f.retryable
+    ? new ApiError('unavailable', f.message, { code: 'engine_restarting', retryAfterMs: ENGINE_RETRY_AFTER_MS })
+    : new ApiError('internal', f.message, { code: 'engine_failed' });
 
 /** A scored branch: it continues the shared prefix (parent -1) or an earlier branch. */
 export interface BranchSpec {

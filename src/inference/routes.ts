@@ -64,7 +64,8 @@ export function inferenceRoutes(engine: InferenceEngine, policies: Policies, lim
       method: 'POST',
       path: `${prefix}/chat/completions`,
       bodyBytesMax: limits.chatBodyBytesMax,
-      // Streams and long generations end by their own deadline, not the default one.
+      // A stream ends by the stream deadline; the handler gives a request that
+      // does not stream the default one (REQUEST_TIMEOUT_MS) once its body says so.
       timeoutMs: limits.streamTimeoutMs,
       handler: (ctx) => serveChat(ctx, engine, policies, screen),
     },

@@ -8,8 +8,8 @@ import type { Policies, Usage } from './policy-api.js';
 import { ChatCompletionRequest, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type LogprobItem } from './protocol.js';
 import type { BodyScreen } from './screen.js';
 import { SseStream } from './sse.js';
+import { unfinished } from './outcome.js';
 import { responseGrammar, toolCallOf, toolPlan, type ToolPlan } from './structured.js';
-import { noteError } from '../http/respond.js';
 
 /** Time to first token (request arrival to the first token made), for the access log; answers false (not first any more). */
 function noteFirstToken(ctx: Ctx): false {
@@ -125,6 +125,7 @@ export function samplingOf(
 
 export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies, screen: BodyScreen): Promise<Reply | undefined> {
   const req = parse(ChatCompletionRequest, await screen.json(ctx, 'chat'));
+  if (!req.stream) ctx.useDefaultDeadline();
   const model = resolveModel(engine, req.model, 'chat');
   ctx.note({ model: model.id, stream: req.stream === true });
   const messages = chatMessages(req.messages);
@@ -187,7 +188,7 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
         ctx.note({ finishReason: ev.finishReason });
         usage.inputTokens = ev.promptTokens;
         usage.outputTokens = ev.completionTokens;
-        if (ev.finishReason === 'cancelled') throw new ApiError('timeout', 'generation was cancelled before it finished');
+        if (ev.finishReason === 'cancelled' || ev.finishReason === 'failed') throw unfinished(ev, ctx.signal, ctx.aborted) ?? ctx.signal.reason;
         finish = ev.finishReason;
       }
     }
@@ -262,7 +263,11 @@ async function streamChat(
       usage.inputTokens = ev.promptTokens;
       usage.outputTokens = ev.completionTokens;
       ctx.note({ finishReason: ev.finishReason });
-      if (ev.finishReason === 'cancelled') return;
+      if (ev.finishReason === 'cancelled' || ev.finishReason === 'failed') {
+        const err = unfinished(ev, ctx.signal, ctx.aborted);
+        if (err) await sse.fail(err);
+        return;
+      }
       let finish: FinishReason = ev.finishReason;
       if (tool) {
         const call = toolCallOf(tool, toolText, finish === 'stop');
@@ -283,10 +288,7 @@ async function streamChat(
     }
   } catch (e) {
     // The status line is gone already: report the error in-band, as OpenAI does, and end.
-    const err = e instanceof ApiError ? e : new ApiError('internal', 'internal error during generation');
-    noteError(ctx, err);
-    await sse.send({ error: { message: err.message, type: 'server_error', code: err.code ?? null } });
-    ctx.endStream();
+    await sse.fail(e instanceof ApiError ? e : new ApiError('internal', 'internal error during generation'));
     if (!(e instanceof ApiError)) throw e;
   } finally {
     // Ends the engine's iterator (frees the batch slot) if we left early.

@@ -9,6 +9,7 @@ import { COMPLETION_MAX_TOKENS_DEFAULT, CompletionRequest, type Completion, type
 import { checkChars, checkContext, resolveModel, samplingOf, type ChatEngine } from './serving-chat.js';
 import type { BodyScreen } from './screen.js';
 import { SseStream } from './sse.js';
+import { unfinished } from './outcome.js';
 
 // POST /v1/completions: OpenAI's legacy text completions, which `vllm bench serve`,
 // lm-evaluation-harness and the Kubernetes inference gateway speak. Same admission,
@@ -70,6 +71,7 @@ function legacyLogprobs(engine: CompletionEngine, modelId: string) {
 
 export async function serveCompletion(ctx: Ctx, engine: CompletionEngine, policies: Policies, screen: BodyScreen): Promise<Reply | undefined> {
   const req = parse(CompletionRequest, await screen.json(ctx, 'completion'));
+  if (!req.stream) ctx.useDefaultDeadline();
   const model = resolveModel(engine, req.model, 'chat');
   const list = await prompts(req, engine, model, ctx, policies);
   const maxTokens = req.max_tokens ?? COMPLETION_MAX_TOKENS_DEFAULT;
@@ -128,7 +130,7 @@ export async function serveCompletion(ctx: Ctx, engine: CompletionEngine, polici
           if (ev.type === 'delta') {
             if (ev.logprobs) offset = toLegacy(lp, ev.tokenIds, ev.logprobs, offset);
             text += ev.text;
-          } else if (ev.finishReason === 'cancelled') throw new ApiError('timeout', 'generation was cancelled before it finished');
+          } else if (ev.finishReason === 'cancelled' || ev.finishReason === 'failed') throw unfinished(ev, ctx.signal, ctx.aborted) ?? ctx.signal.reason;
           else finish = ev.finishReason;
         }
         return { index, text, logprobs: req.logprobs != null ? lp : null, finish_reason: finish };
@@ -186,8 +188,12 @@ async function streamCompletion(
             if ((ev.text || lp) && (await send(chunk(index, ev.text, null, lp)))) return;
             continue;
           }
-          if (ev.finishReason === 'cancelled') {
+          if (ev.finishReason === 'cancelled' || ev.finishReason === 'failed') {
+            // The first choice that cannot finish ends the whole stream, told why.
+            const err = unfinished(ev, ctx.signal, ctx.aborted);
+            const first = !gone;
             gone = true;
+            if (first && err) await sse.fail(err);
             return;
           }
           await send(chunk(index, '', ev.finishReason));
@@ -199,9 +205,7 @@ async function streamCompletion(
     await sse.done();
   } catch (e) {
     // The status line is gone already: report the error in-band, as OpenAI does, and end.
-    const err = e instanceof ApiError ? e : new ApiError('internal', 'internal error during generation');
-    await sse.send({ error: { message: err.message, type: 'server_error', code: err.code ?? null } });
-    ctx.endStream();
+    await sse.fail(e instanceof ApiError ? e : new ApiError('internal', 'internal error during generation'));
     if (!(e instanceof ApiError)) throw e;
   } finally {
     if (!ctx.aborted && ctx.responded) ctx.endStream();

@@ -63,7 +63,7 @@ export class Engine implements InferenceEngine {
           executionProvider: cfg.executionProvider,
           strict: cfg.strict,
           intraOpThreads: cfg.intraOpThreads,
-        });
+        }, c.id);
         const info: ServedModel = {
           id: c.id,
           kind: c.kind,

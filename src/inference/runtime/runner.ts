@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { log } from '../../log.js';
 import type { TokenLogprob } from '../engine-api.js';
+import { engineMetrics as M } from './metrics.js';
 import type { Arch, InitMsg, Reply, Request, StepRow } from './protocol.js';
 
 /** A prompt step's answer: every row's last-position logits; sampled rows' tokens (-1 for the others) and logprobs when asked. */
@@ -15,26 +16,52 @@ export interface StepResult {
 /** One decode-run step: the token (and, when asked, logprob) of each sequence that ran. */
 export type OnTokens = (seqs: number[], tokens: Int32Array, logprobs?: Array<TokenLogprob | null>) => void;
 
+/** The model's worker died (an uncaught error, an exit): what it held is gone. */
+export class WorkerLost extends Error {}
+
+/**
+ * A worker that dies is restarted, at most this many times within
+ * WORKER_RESTART_WINDOW_MS: past that it is a crash loop, and the model stays
+ * down (its requests answer 503) instead of burning a core on reloads.
+ */
+const WORKER_RESTARTS_MAX = 3;
+const WORKER_RESTART_WINDOW_MS = 60_000;
+
 /**
  * The main-thread side of a model's worker. Calls are serialised by the
  * scheduler (one step or decode run in flight per model); replies match by id.
+ * A worker that dies fails what it was running (`onLost`) and is started again
+ * from the same init message; calls made meanwhile wait for it.
  */
 export class Runner {
-  private readonly worker: Worker;
+  private worker: Worker | undefined;
   private nextId = 1;
   private readonly pending = new Map<number, { ok: (r: Reply) => void; fail: (e: Error) => void }>();
   private readonly onTokens = new Map<number, OnTokens>();
   arch!: Arch;
   kvBytes = 0;
+  /** Set by the scheduler: every sequence the dead worker held must end as failed. */
+  onLost: ((e: WorkerLost) => void) | undefined;
+  private restarting: Promise<void> | undefined;
+  private down: WorkerLost | undefined;
+  private readonly restarts: number[] = [];
+  private closing = false;
 
-  private constructor(worker: Worker) {
-    this.worker = worker;
+  private constructor(
+    private readonly init: Omit<InitMsg, 'type'>,
+    private readonly modelId: string,
+  ) {}
+
+  static async start(init: Omit<InitMsg, 'type'>, modelId: string): Promise<Runner> {
+    const r = new Runner(init, modelId);
+    r.arch = await r.spawn();
+    return r;
   }
 
-  static async start(init: Omit<InitMsg, 'type'>): Promise<Runner> {
+  private async spawn(): Promise<Arch> {
     const worker = new Worker(workerPath());
-    const r = new Runner(worker);
-    r.arch = await new Promise<Arch>((resolve, reject) => {
+    const init = this.init;
+    const arch = await new Promise<Arch>((resolve, reject) => {
       const onMsg = (m: Reply) => {
         if (m.type === 'ready') {
           worker.off('message', onMsg);
@@ -46,15 +73,56 @@ export class Runner {
       };
       worker.on('message', onMsg);
       worker.once('error', reject);
+      worker.once('exit', (code) => reject(new Error(`model worker exited with code ${code} while loading`)));
       worker.postMessage({ type: 'init', ...init } satisfies Request);
+    }).catch(async (e) => {
+      await worker.terminate();
+      throw e;
     });
-    worker.on('message', (m: Reply) => r.onReply(m));
-    worker.on('error', (e) => {
-      log.error({ err: e }, 'model worker crashed');
-      for (const p of r.pending.values()) p.fail(e);
-      r.pending.clear();
-    });
-    return r;
+    worker.removeAllListeners('error').removeAllListeners('exit');
+    worker.on('message', (m: Reply) => this.onReply(m));
+    worker.on('error', (e) => this.lost(worker, e));
+    worker.on('exit', (code) => this.lost(worker, new Error(`exited with code ${code}`)));
+    this.worker = worker;
+    return arch;
+  }
+
+  /** The worker died: fail what it held, then start it again within the restart budget. */
+  private lost(w: Worker, cause: Error): void {
+    if (w !== this.worker || this.closing) return;
+    this.worker = undefined;
+    const err = new WorkerLost(`model ${this.modelId}'s worker died: ${cause.message}`);
+    log.error({ model: this.modelId, err: cause }, 'model worker died; its requests in flight fail');
+    for (const p of this.pending.values()) p.fail(err);
+    this.pending.clear();
+    this.onTokens.clear();
+    this.kvBytes = 0;
+    const now = Date.now();
+    while (this.restarts.length && now - this.restarts[0]! > WORKER_RESTART_WINDOW_MS) this.restarts.shift();
+    if (this.restarts.length >= WORKER_RESTARTS_MAX) {
+      this.down = err;
+      M.modelDown.set({ model: this.modelId }, true);
+      log.error({ model: this.modelId, restarts: this.restarts.length, windowMs: WORKER_RESTART_WINDOW_MS }, 'model worker keeps dying; the model stays down');
+    } else {
+      this.restarts.push(now);
+      M.workerRestarts.inc({ model: this.modelId });
+      const t0 = performance.now();
+      this.restarting = this.spawn().then(
+        () => log.warn({ model: this.modelId, ms: Math.round(performance.now() - t0) }, 'model worker restarted'),
+        (e) => {
+          this.down = new WorkerLost(`model ${this.modelId}'s worker could not be restarted: ${(e as Error).message}`);
+          M.modelDown.set({ model: this.modelId }, true);
+          log.error({ model: this.modelId, err: e }, 'model worker could not be restarted; the model stays down');
+        },
+      );
+      void this.restarting.finally(() => (this.restarting = undefined));
+    }
+    this.onLost?.(err);
+  }
+
+  /** Whether the model can run now (its worker is up or coming back). */
+  get alive(): boolean {
+    return !this.down;
   }
 
   private onReply(m: Reply): void {
@@ -70,10 +138,13 @@ export class Runner {
     else p.ok(m);
   }
 
-  private call(msg: Request & { id: number }, transfer: ArrayBuffer[] = []): Promise<Reply> {
+  private async call(msg: Request & { id: number }, transfer: ArrayBuffer[] = []): Promise<Reply> {
+    if (this.restarting) await this.restarting;
+    const w = this.worker;
+    if (!w) throw this.down ?? new WorkerLost(`model ${this.modelId}'s worker is not running`);
     return new Promise((ok, fail) => {
       this.pending.set(msg.id, { ok, fail });
-      this.worker.postMessage(msg, transfer);
+      w.postMessage(msg, transfer);
     });
   }
 
@@ -109,7 +180,7 @@ export class Runner {
 
   /** Ends the running decode after its current step. */
   interrupt(): void {
-    this.worker.postMessage({ type: 'interrupt' } satisfies Request);
+    this.worker?.postMessage({ type: 'interrupt' } satisfies Request);
   }
 
   async fork(from: number, to: number[]): Promise<void> {
@@ -117,12 +188,21 @@ export class Runner {
   }
 
   free(seqs: number[]): void {
-    if (seqs.length) this.worker.postMessage({ type: 'free', seqs } satisfies Request);
+    if (seqs.length) this.worker?.postMessage({ type: 'free', seqs } satisfies Request);
   }
 
   async close(): Promise<void> {
+    this.closing = true;
+    await this.restarting;
+    const w = this.worker;
+    if (!w) return;
     await this.call({ type: 'close', id: this.nextId++ }).catch(() => undefined);
-    await this.worker.terminate();
+    await w.terminate();
+  }
+
+  /** Fault injection for tests: ends the worker as a crash would. */
+  async crashForTest(): Promise<void> {
+    await this.worker?.terminate();
   }
 }
 

@@ -1,10 +1,10 @@
 import { ApiError } from '../../errors.js';
 import { log } from '../../log.js';
-import type { BranchSpec, GenerateEvent, GenerateRequest, TokenLogprob } from '../engine-api.js';
+import { engineError, type BranchSpec, type EngineFailure, type GenerateEvent, type GenerateRequest, type TokenLogprob } from '../engine-api.js';
 import { engineMetrics as M, kvCacheUsage, observeFinished } from './metrics.js';
 import type { EngineOptions } from './options.js';
 import type { SamplerSpec } from './protocol.js';
-import type { Runner } from './runner.js';
+import { WorkerLost, type Runner } from './runner.js';
 import { logSoftmax } from './sampler.js';
 import { Detokenizer, StopMatcher, type ModelText } from './text.js';
 
@@ -82,6 +82,7 @@ export class Scheduler {
     private readonly contextLength: number,
   ) {
     this.vocab = runner.arch.vocab;
+    runner.onLost = (e) => this.workerLost(e);
   }
 
   /** A sequence takes a batch slot (its queue time ends here). */
@@ -108,6 +109,9 @@ export class Scheduler {
   }
 
   private admit(seq: Seq): void {
+    if (!this.runner.alive) {
+      throw new ApiError('unavailable', `model ${this.modelId} is down: its worker kept dying (see the daemon's log); the other models still serve`, { code: 'model_down' });
+    }
     if (this.waiting.length >= this.opts.queueDepthMax) {
       throw new ApiError('overloaded', `model ${this.modelId} has ${this.waiting.length} requests waiting, its limit; retry shortly`, { retryAfterMs: 1000 });
     }
@@ -250,7 +254,7 @@ export class Scheduler {
         'abort',
         () => {
           job.cancelled = true;
-          job.reject(new ApiError('unavailable', 'evaluation cancelled'));
+          job.reject(signal.reason instanceof ApiError ? signal.reason : new ApiError('unavailable', 'evaluation cancelled'));
           this.cancel(prefix);
         },
         { once: true },
@@ -270,12 +274,12 @@ export class Scheduler {
   }
 
   /** Ends a generation once: a final event for its reader and its usage for billing. */
-  private end(s: Seq, finishReason: 'stop' | 'length' | 'cancelled'): void {
+  private end(s: Seq, finishReason: 'stop' | 'length' | 'cancelled' | 'failed', failure?: EngineFailure): void {
     const g = s.gen!;
     if (g.finished) return;
     g.finished = true;
     const promptTokens = g.produced > 0 ? s.promptLen : s.promptLen - s.pending.length;
-    g.queue.push({ type: 'done', finishReason, promptTokens, completionTokens: g.produced });
+    g.queue.push({ type: 'done', finishReason, promptTokens, completionTokens: g.produced, ...(failure ? { failure } : {}) });
     observeFinished(this.modelId, {
       enqueuedAt: g.enqueuedAt,
       scheduledAt: g.scheduledAt,
@@ -362,11 +366,21 @@ export class Scheduler {
     this.runner.free(gone);
   }
 
+  /** Ends a sequence the engine cannot go on with: a generation reports `failed`, a scoring job rejects. */
   private fail(s: Seq, e: unknown): void {
-    const err = e instanceof ApiError ? e : new ApiError('internal', 'model step failed');
-    if (s.gen) this.end(s, 'cancelled');
-    (s.prefixOf ?? s.branch?.job)?.reject(err);
+    const crashed = e instanceof WorkerLost;
+    const failure: EngineFailure = crashed
+      ? { message: `model ${this.modelId}'s worker stopped while running this request; it is restarting, retry shortly`, retryable: true }
+      : { message: `model ${this.modelId} failed while running this request`, retryable: false };
+    if (s.gen) this.end(s, 'failed', failure);
+    (s.prefixOf ?? s.branch?.job)?.reject(e instanceof ApiError ? e : engineError(failure));
     s.cancelled = true;
+  }
+
+  /** The worker died: every sequence it held is gone with its KV cache; the waiting ones run on the new one. */
+  workerLost(e: WorkerLost): void {
+    for (const s of this.active) this.fail(s, e);
+    this.kick();
   }
 
   private async prefillStep(all: Seq[], budget: number): Promise<void> {

@@ -1,0 +1,56 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { registries } from '../../metrics.js';
+import type { GenerateEvent } from '../engine-api.js';
+import { ensureDefaultModels } from '../convert/default-models.js';
+import { Engine } from './engine.js';
+import type { Runner } from './runner.js';
+
+// Issue 12.7: a worker that dies fails its requests as failures (not as cancellations),
+// comes back without a daemon restart, and is counted.
+
+const CHAT = 'cloudgate/random-llama-chat';
+const modelsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-restart-'));
+let engine: Engine;
+beforeAll(async () => {
+  ensureDefaultModels({ modelsDir });
+  engine = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1 });
+}, 60_000);
+afterAll(async () => {
+  await engine?.close();
+  fs.rmSync(modelsDir, { recursive: true, force: true });
+});
+
+const runnerOf = (id: string): Runner => (engine as unknown as { models: Map<string, { runner: Runner }> }).models.get(id)!.runner;
+const restarts = async () => (await registries.inference.getSingleMetric('cloudgate_engine_worker_restarts_total')!.get()).values.find((v) => v.labels.model_name === CHAT)?.value ?? 0;
+
+async function run(prompt: number[], maxTokens: number, onFirst?: () => void): Promise<{ ids: number[]; done: Extract<GenerateEvent, { type: 'done' }> }> {
+  const ids: number[] = [];
+  for await (const ev of engine.generate(CHAT, { promptTokens: prompt, maxTokens, temperature: 0, topP: 1, stop: [] })) {
+    if (ev.type === 'done') return { ids, done: ev };
+    if (ids.length === 0 && ev.tokenIds.length) onFirst?.();
+    ids.push(...ev.tokenIds);
+  }
+  throw new Error('no done event');
+}
+
+describe('model worker crash', () => {
+  it('fails the generations in flight as failed, restarts the worker, and serves the same tokens after', async () => {
+    const prompt = await engine.encodeChat(CHAT, [{ role: 'user', content: 'Once upon a time' }]);
+    const before = await run(prompt, 24);
+    const counted = await restarts();
+    const crashed = await run(prompt, 400, () => void runnerOf(CHAT).crashForTest());
+    expect(crashed.done.finishReason).toBe('failed');
+    expect(crashed.done.failure).toMatchObject({ retryable: true });
+    expect(crashed.done.failure!.message).toMatch(/restarting/);
+    expect(crashed.ids.length).toBeLessThan(400);
+    // Calls made while it restarts wait for it: the next generation is whole and the same.
+    const after = await run(prompt, 24);
+    expect(after.done.finishReason).toBe('length');
+    expect(after.ids).toEqual(before.ids);
+    expect(await restarts()).toBe(counted + 1);
+    expect(runnerOf(CHAT).alive).toBe(true);
+  }, 60_000);
+});
