@@ -22,6 +22,7 @@ function gatedRunner() {
   const gates: Array<() => void> = [];
   const runner = {
     arch: { vocab: V },
+    alive: true,
     kvBytes: 0,
     async step(rows: StepRow[]) {
       steps.push(rows);

@@ -1,0 +1,124 @@
+import { ApiError } from '../errors.js';
+import { counter } from '../metrics.js';
+
+// A stalled or dead PostgreSQL must not hold requests: the fault probe saw platform
+// routes and /readyz hang 9-24 s under SIGSTOP, and connection errors surface as
+// 500s. postgres.js has no per-query timeout, so every statement the daemon awaits
+// is raced against DB_STATEMENT_WAIT_MS here, and connection failures become a 503
+// with Retry-After in either API family.
+
+/**
+ * How long the daemon waits for one statement (and for a connection to run it on)
+ * before answering 503. Far above any statement it runs when healthy (the slowest,
+ * a pod create's transaction, takes ~30 ms here) and far below a client's patience.
+ */
+export const DB_STATEMENT_WAIT_MS = 2_000;
+/** The Retry-After of a database outage: about the embedded server's restart. */
+const DB_RETRY_AFTER_MS = 2_000;
+
+const unavailableTotal = counter(
+  { name: 'cloudgate_db_unavailable_total', help: 'Statements that found the database unreachable or stalled (timeout, refused, closed)', labelNames: ['reason'] },
+  'platform',
+);
+
+/** SQLSTATE classes and client codes that mean "the server is not there", not "the statement is wrong". */
+const CONNECTION_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'CONNECT_TIMEOUT', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', 'CONNECTION_ENDED', '57P01', '57P02', '57P03']);
+
+export function isConnectionError(e: unknown): boolean {
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && (CONNECTION_CODES.has(code) || code.startsWith('08'));
+}
+
+export const databaseUnavailable = (why: string, cause?: unknown) =>
+  new ApiError('unavailable', `the database is unavailable (${why}); retry shortly`, { code: 'database_unavailable', retryAfterMs: DB_RETRY_AFTER_MS, cause });
+
+type Thenable = { then: (ok?: (v: unknown) => unknown, fail?: (e: unknown) => unknown) => Promise<unknown>; cancel?: () => unknown };
+
+/**
+ * Bounds a query when it is awaited (a query used as a fragment of another is never
+ * awaited, so it is left alone): past the wait it is cancelled (a query still queued
+ * for a connection is dropped; one already sent may still run when the server comes
+ * back, as after any lost connection: writes that matter run in transactions, which
+ * then roll back) and the caller gets a 503.
+ */
+function boundQuery<Q extends Thenable>(q: Q, waitMs: number): Q {
+  const then = q.then.bind(q);
+  q.then = (ok, fail) =>
+    new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        unavailableTotal.inc({ reason: 'timeout' });
+        q.cancel?.();
+        reject(databaseUnavailable(`no answer within ${waitMs} ms`));
+      }, waitMs);
+      then(
+        (v) => {
+          clearTimeout(timer);
+          resolve(v);
+        },
+        (e) => {
+          clearTimeout(timer);
+          if (!isConnectionError(e)) return reject(e);
+          unavailableTotal.inc({ reason: 'connection' });
+          reject(databaseUnavailable((e as Error).message, e));
+        },
+      );
+    }).then(ok, fail);
+  return q;
+}
+
+const isTemplate = (a: unknown): boolean => Array.isArray(a) && Array.isArray((a as unknown as { raw?: unknown }).raw);
+
+/**
+ * The pool (or a transaction's handle) with every awaited statement bounded. A
+ * transaction is bounded step by step: BEGIN, each statement, COMMIT.
+ */
+export function bounded<S extends object>(sql: S, waitMs = DB_STATEMENT_WAIT_MS): S {
+  return new Proxy(sql, {
+    apply(target, self, args) {
+      const r = Reflect.apply(target as (...a: unknown[]) => unknown, self, args);
+      return isTemplate(args[0]) ? boundQuery(r as Thenable, waitMs) : r;
+    },
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver);
+      if (prop === 'unsafe' && typeof v === 'function') return (...a: unknown[]) => boundQuery(v.apply(target, a) as Thenable, waitMs);
+      if (prop === 'begin' && typeof v === 'function') return (...a: unknown[]) => boundBegin(target, v as (...x: unknown[]) => Promise<unknown>, a, waitMs);
+      return v;
+    },
+  });
+}
+
+function boundBegin(target: object, begin: (...x: unknown[]) => Promise<unknown>, args: unknown[], waitMs: number): Promise<unknown> {
+  const fn = args[args.length - 1] as (tx: object) => unknown;
+  return new Promise((resolve, reject) => {
+    const arm = (step: string) =>
+      setTimeout(() => {
+        unavailableTotal.inc({ reason: 'timeout' });
+        reject(databaseUnavailable(`${step} had no answer within ${waitMs} ms`));
+      }, waitMs);
+    let timer = arm('BEGIN');
+    const body = async (tx: object) => {
+      clearTimeout(timer);
+      try {
+        return await fn(bounded(tx, waitMs));
+      } catch (e) {
+        // A statement that had no answer: tell the caller now, not after the ROLLBACK's own wait.
+        if (e instanceof ApiError && e.code === 'database_unavailable') reject(e);
+        throw e;
+      } finally {
+        timer = arm('COMMIT');
+      }
+    };
+    begin.apply(target, [...args.slice(0, -1), body]).then(
+      (v) => {
+        clearTimeout(timer);
+        resolve(v);
+      },
+      (e) => {
+        clearTimeout(timer);
+        if (!isConnectionError(e)) return reject(e);
+        unavailableTotal.inc({ reason: 'connection' });
+        reject(databaseUnavailable((e as Error).message, e));
+      },
+    );
+  });
+}
