@@ -2,6 +2,7 @@ import type { Config } from './config.js';
 import { connect, type Sql } from './db/index.js';
 import { startEmbedded, type EmbeddedDb } from './db/embedded.js';
 import { migrate } from './db/migrate.js';
+import { bounded } from './db/bounded.js';
 import { Authenticator } from './auth/authenticator.js';
 import { bootstrapAdmin } from './auth/issuance.js';
 import { issuanceRoutes } from './auth/routes.js';
@@ -34,6 +35,8 @@ export interface Daemon {
 const DB_CLOSE_WAIT_S = 1;
 /** After the grace, how long requests told of the shutdown get to write that (an error frame). */
 const SHUTDOWN_ABORT_WAIT_MS = 250;
+/** /readyz's wait for the database: under the 1 s a load balancer's probe is given. */
+const READY_DB_WAIT_MS = 800;
 /** How long a stop waits for the embedded PostgreSQL to shut down cleanly. */
 const EMBEDDED_STOP_WAIT_MS = 2_000;
 
@@ -67,7 +70,8 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
     config,
     sql,
     auth: new Authenticator(sql, config.AUTH_CACHE_TTL_MS),
-    ready: [{ name: 'database', check: async () => void (await sql`SELECT 1`) }],
+    // Bounded below the probe's 1 s: a stalled database reads as not ready at once.
+    ready: [{ name: 'database', check: async () => void (await bounded(sql, READY_DB_WAIT_MS)`SELECT 1`) }],
     onShutdown: (fn) => hooks.push(fn),
   };
 
@@ -77,8 +81,9 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
   const platform = new Router();
   const inference = new Router();
   // Each port serves its own metrics registry (src/metrics.ts): no series on both.
-  platform.addAll(opsRoutes(services.ready, () => shuttingDown, 'platform'));
-  inference.addAll(opsRoutes(services.ready, () => shuttingDown, 'inference').map((r) => ({ ...r, family: 'inference' as const })));
+  const failure = () => embedded?.failure();
+  platform.addAll(opsRoutes(services.ready, () => shuttingDown, 'platform', failure));
+  inference.addAll(opsRoutes(services.ready, () => shuttingDown, 'inference', failure).map((r) => ({ ...r, family: 'inference' as const })));
   platform.addAll(issuanceRoutes(sql, services.auth));
   for (const m of modules) {
     const r = await m.init(services);

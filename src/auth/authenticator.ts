@@ -1,6 +1,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import { ApiError } from '../errors.js';
 import type { Sql } from '../db/index.js';
+import { isDatabaseUnavailable, OUTAGE_STALE_MS_MAX } from '../db/bounded.js';
 import { log } from '../log.js';
 import { hashKeyB64 } from './keys.js';
 import type { Principal, RateLimits } from './principal.js';
@@ -49,7 +50,16 @@ export class Authenticator {
     if (!hit || hit.expiresAt < now) {
       const gen = this.gen;
       const ttl = this.listening ? this.ttlMs : Math.min(this.ttlMs, UNLISTENED_TTL_MS_MAX);
-      hit = { principal: await this.lookup(Buffer.from(cacheKey, 'base64')), expiresAt: now + ttl };
+      let principal: Principal | null;
+      try {
+        principal = await this.lookup(Buffer.from(cacheKey, 'base64'));
+      } catch (e) {
+        // The database is down: a key that was valid within OUTAGE_STALE_MS_MAX still is
+        // (nothing can revoke it meanwhile: revocation writes to the same database).
+        if (hit?.principal && isDatabaseUnavailable(e) && now - hit.expiresAt < OUTAGE_STALE_MS_MAX) return hit.principal;
+        throw e;
+      }
+      hit = { principal, expiresAt: now + ttl };
       if (ttl > 0 && gen === this.gen) {
         if (this.cache.size >= CACHE_ENTRIES_MAX) this.cache.delete(this.cache.keys().next().value!);
         this.cache.set(cacheKey, hit);

