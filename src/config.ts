@@ -34,6 +34,9 @@ const envSchema = z.object({
   CHAT_BODY_BYTES_MAX: int(1024, 1 << 30).default(4 << 20),
   // Non-streaming requests must answer within this; a stuck DB call must not hold a socket forever.
   REQUEST_TIMEOUT_MS: int(100, 3_600_000).default(30_000),
+  // A request is admitted to a model only if it would start within this (estimated from the
+  // work queued and the measured rate); others get 429 with Retry-After. See options.ts.
+  ADMISSION_WAIT_MS_MAX: int(100, 600_000).default(10_000),
   // A stream may run longer (max_tokens at a slow rate), but not forever.
   STREAM_TIMEOUT_MS: int(1000, 3_600_000).default(600_000),
   // On SIGTERM, in-flight requests get this long to finish before we close anyway.

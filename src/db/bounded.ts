@@ -75,6 +75,19 @@ function boundQuery<Q extends Thenable>(q: Q, waitMs: number): Q {
   return q;
 }
 
+/**
+ * A bulk statement's wait: a 25 MiB sample batch is parsed and inserted by the
+ * server in ~1-3 s here, more on a loaded machine; 30 s is still an answer, not a hang.
+ */
+export const DB_BULK_WAIT_MS = 30_000;
+
+const UNBOUNDED = Symbol('unbounded');
+
+/** The same pool with another wait, for the statements known to be long (bulk inserts). */
+export function withWait<S extends object>(sql: S, waitMs: number): S {
+  return bounded((sql as { [UNBOUNDED]?: S })[UNBOUNDED] ?? sql, waitMs);
+}
+
 const isTemplate = (a: unknown): boolean => Array.isArray(a) && Array.isArray((a as unknown as { raw?: unknown }).raw);
 
 /**
@@ -88,6 +101,7 @@ export function bounded<S extends object>(sql: S, waitMs = DB_STATEMENT_WAIT_MS)
       return isTemplate(args[0]) ? boundQuery(r as Thenable, waitMs) : r;
     },
     get(target, prop, receiver) {
+      if (prop === UNBOUNDED) return target;
       const v = Reflect.get(target, prop, receiver);
       if (prop === 'unsafe' && typeof v === 'function') return (...a: unknown[]) => boundQuery(v.apply(target, a) as Thenable, waitMs);
       if (prop === 'begin' && typeof v === 'function') return (...a: unknown[]) => boundBegin(target, v as (...x: unknown[]) => Promise<unknown>, a, waitMs);

@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import { DB_BULK_WAIT_MS, withWait } from '../db/bounded.js';
 import { ApiError, conflict, invalid, notFound } from '../errors.js';
 import type { Sql, Tx } from '../db/index.js';
 import { newId } from '../ids.js';
@@ -148,7 +149,7 @@ async function lockOpen(tx: Tx, userId: string, id: string): Promise<EvalRow> {
  */
 export async function pushSamples(sql: Sql, userId: string, id: string, count: number, rawBody: string) {
   try {
-    return await sql.begin(async (tx) => {
+    return await withWait(sql, DB_BULK_WAIT_MS).begin(async (tx) => {
       const e = await lockOpen(tx, userId, id);
       if (count > 0) {
         await tx`

@@ -40,9 +40,11 @@ const finished = counter({ name: 'vllm:request_success_total', help: 'Finished g
 const batchSize = histogram({ name: 'cloudgate_engine_batch_size', help: 'Rows in one forward pass, by phase', labelNames: ['model_name', 'phase'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256] }, 'inference');
 const workerRestarts = counter({ name: 'cloudgate_engine_worker_restarts_total', help: 'Model workers restarted after they died (their requests in flight failed)', labelNames: N }, 'inference');
 const modelDown = gauge({ name: 'cloudgate_engine_model_down', help: '1 while a model is down: its worker died more often than the restart budget allows', labelNames: N }, 'inference');
+const admissionWait = gauge({ name: 'cloudgate_engine_admission_wait_seconds', help: 'The wait a request arriving now would have for a batch slot, as admission estimated it last', labelNames: N }, 'inference');
 const kvBytes = gauge({ name: 'cloudgate_engine_kv_cache_bytes', help: 'Bytes held by the KV caches of live sequences', labelNames: N }, 'inference');
 
 export const engineMetrics = {
+  admissionWait: { set: (l: ModelLabels, s: number) => admissionWait.set(L(l), s) },
   workerRestarts: { inc: (l: ModelLabels) => workerRestarts.inc(L(l)) },
   modelDown: { set: (l: ModelLabels, down: boolean) => modelDown.set(L(l), down ? 1 : 0) },
   running: { set: (l: ModelLabels, v: number) => running.set(L(l), v) },

@@ -5,6 +5,13 @@ export interface EngineOptions {
   batchSizeMax: number;
   /** Requests waiting for a slot before new ones get 429; about 4 batches, a few seconds of work. */
   queueDepthMax: number;
+  /**
+   * A request is admitted only if it would start within this long, estimated from
+   * the work ahead of it (prompt tokens and max_tokens of every request running or
+   * waiting) over the model's measured tokens per second; others get 429 with the
+   * Retry-After the queue implies. 10 s: well inside an SDK's default timeout.
+   */
+  admissionWaitMsMax: number;
   /** Token positions (rows x padded length) in one prefill step, so a long prompt never stalls running streams for more than a step. */
   prefillTokensPerStepMax: number;
   /**
@@ -30,6 +37,7 @@ export interface EngineOptions {
 export const defaultEngineOptions: EngineOptions = {
   batchSizeMax: 64,
   queueDepthMax: 256,
+  admissionWaitMsMax: 10_000,
   prefillTokensPerStepMax: 512,
   prefillTokensPerIdleStepMax: 1024,
   pendingTokensMax: 256,

@@ -5,6 +5,7 @@ import { engineMetrics as M, kvCacheUsage, observeFinished } from './metrics.js'
 import type { EngineOptions } from './options.js';
 import type { SamplerSpec } from './protocol.js';
 import { WorkerLost, type Runner } from './runner.js';
+import { Throughput } from './throughput.js';
 import { logSoftmax } from './sampler.js';
 import { Detokenizer, StopMatcher, type ModelText } from './text.js';
 
@@ -51,6 +52,8 @@ interface Seq {
   id: number;
   /** Tokens not yet run through the model. */
   pending: number[];
+  /** Tokens it may still make the model run (prompt, max_tokens, an evaluation's branches): admission's estimate. */
+  work?: number;
   promptLen: number;
   gen?: Gen;
   branch?: Branch;
@@ -73,6 +76,9 @@ export class Scheduler {
   /** While a decode run is in flight: sends an arriving prompt to join it; false when it cannot. */
   private joinRun: ((seq: Seq) => boolean) | undefined;
   private readonly vocab: number;
+  /** Tokens of work the waiting requests hold (Seq.work summed). */
+  private queuedWork = 0;
+  private readonly throughput = new Throughput();
 
   constructor(
     readonly modelId: string,
@@ -108,6 +114,19 @@ export class Scheduler {
     return n;
   }
 
+  /**
+   * How long a request arriving now would wait for a batch slot: nothing while one
+   * is free, else the work of every request running or waiting over the measured
+   * rate (max_tokens at face value: an upper bound when generations stop early).
+   */
+  estimatedWaitMs(): number {
+    const rate = this.throughput.rate;
+    if (rate === 0 || (this.waiting.length === 0 && this.slotsUsed() < this.opts.batchSizeMax)) return 0;
+    let work = this.queuedWork;
+    for (const s of this.active) if (s.gen && !s.gen.finished) work += s.pending.length + s.gen.req.maxTokens - s.gen.produced;
+    return (work * 1000) / rate;
+  }
+
   private admit(seq: Seq): void {
     if (!this.runner.alive) {
       throw new ApiError('unavailable', `model ${this.modelId} is down: its worker kept dying (see the daemon's log); the other models still serve`, { code: 'model_down' });
@@ -115,10 +134,31 @@ export class Scheduler {
     if (this.waiting.length >= this.opts.queueDepthMax) {
       throw new ApiError('overloaded', `model ${this.modelId} has ${this.waiting.length} requests waiting, its limit; retry shortly`, { retryAfterMs: 1000 });
     }
-    this.waiting.push(seq);
-    M.waiting.set({ model: this.modelId }, this.waiting.length);
+    const waitMs = this.estimatedWaitMs();
+    M.admissionWait.set({ model: this.modelId }, waitMs / 1000);
+    if (waitMs > this.opts.admissionWaitMsMax) {
+      throw new ApiError(
+        'overloaded',
+        `model ${this.modelId} is busy: a request would wait about ${Math.round(waitMs / 1000)} s to start, over its limit of ${this.opts.admissionWaitMsMax / 1000} s; retry later`,
+        { retryAfterMs: waitMs - this.opts.admissionWaitMsMax },
+      );
+    }
+    this.queue(seq);
     if (this.joinRun?.(seq)) return;
     this.kick();
+  }
+
+  private queue(seq: Seq): void {
+    this.waiting.push(seq);
+    this.queuedWork += seq.work ?? 0;
+    M.waiting.set({ model: this.modelId }, this.waiting.length);
+  }
+
+  private unqueue(index: number): Seq {
+    const [seq] = this.waiting.splice(index, 1);
+    this.queuedWork -= seq!.work ?? 0;
+    M.waiting.set({ model: this.modelId }, this.waiting.length);
+    return seq!;
   }
 
   /**
@@ -130,8 +170,7 @@ export class Scheduler {
     if (!seq.gen || seq.pending.length > this.opts.prefillTokensPerStepMax || this.slotsUsed() >= this.opts.batchSizeMax) return false;
     const w = this.waiting.indexOf(seq);
     if (w < 0) return false;
-    this.waiting.splice(w, 1);
-    M.waiting.set({ model: this.modelId }, this.waiting.length);
+    this.unqueue(w);
     this.activate(seq);
     seq.joining = true;
     onJoin(seq);
@@ -144,6 +183,7 @@ export class Scheduler {
         seq.pending.splice(0, n);
         if (!seq.cancelled) {
           M.promptTokens.inc({ model: this.modelId }, n);
+          this.throughput.note(n);
           this.accept(seq, tokens[0]!, logprobs?.[0]);
         }
         if (!this.running) this.kick();
@@ -185,7 +225,7 @@ export class Scheduler {
       scheduledAt: undefined,
       firstTokenAt: undefined,
     };
-    const seq: Seq = { id: this.nextSeq++, pending: [...req.promptTokens], promptLen: req.promptTokens.length, gen, cancelled: false };
+    const seq: Seq = { id: this.nextSeq++, pending: [...req.promptTokens], promptLen: req.promptTokens.length, gen, cancelled: false, work: req.promptTokens.length + req.maxTokens };
     const onAbort = () => this.cancel(seq);
     req.signal?.addEventListener('abort', onAbort);
     try {
@@ -238,7 +278,8 @@ export class Scheduler {
       }
       const children: number[][] = [[], ...branches.map(() => [] as number[])];
       branches.forEach((b, i) => children[b.parent + 1]!.push(i));
-      const prefix: Seq = { id: this.nextSeq++, pending: [...prefixTokens], promptLen: prefixTokens.length, cancelled: false };
+      const work = prefixTokens.length + branches.reduce((n, b) => n + b.tokens.length, 0);
+      const prefix: Seq = { id: this.nextSeq++, pending: [...prefixTokens], promptLen: prefixTokens.length, cancelled: false, work };
       const job: ScoreJob = {
         branches,
         children,
@@ -307,8 +348,7 @@ export class Scheduler {
     seq.cancelled = true;
     const w = this.waiting.indexOf(seq);
     if (w >= 0) {
-      this.waiting.splice(w, 1);
-      M.waiting.set({ model: this.modelId }, this.waiting.length);
+      this.unqueue(w);
     }
     this.kick();
   }
@@ -326,7 +366,7 @@ export class Scheduler {
     try {
       while (true) {
         this.reap();
-        while (this.waiting.length && this.slotsUsed() < this.opts.batchSizeMax) this.activate(this.waiting.shift()!);
+        while (this.waiting.length && this.slotsUsed() < this.opts.batchSizeMax) this.activate(this.unqueue(0));
         M.waiting.set({ model: this.modelId }, this.waiting.length);
         M.running.set({ model: this.modelId }, this.slotsUsed());
         this.reportKvUsage();
@@ -336,7 +376,9 @@ export class Scheduler {
         const decode = decoding.length > 0 && (!prefilling.length || !this.lastWasDecode);
         this.lastWasDecode = decode;
         const budget = decoding.length ? this.opts.prefillTokensPerStepMax : this.opts.prefillTokensPerIdleStepMax;
+        const t0 = performance.now();
         await (decode ? this.decodeRun(decoding, prefilling.length > 0) : this.prefillStep(prefilling, budget));
+        this.throughput.step(performance.now() - t0);
       }
     } catch (e) {
       log.error({ err: e, model: this.modelId }, 'scheduler step failed');
@@ -411,6 +453,7 @@ export class Scheduler {
       seq.pending.splice(0, n);
       // Counted per chunk: a prompt cancelled half-way was half run, and is billed so.
       if (!seq.cancelled) M.promptTokens.inc({ model: this.modelId }, n);
+      this.throughput.note(n);
       if (seq.pending.length > 0 || seq.cancelled) continue;
       if (seq.gen) {
         this.accept(seq, tokens[b]!, logprobs?.[b]);
@@ -533,6 +576,7 @@ export class Scheduler {
     g.lastTokenAt = now;
     g.produced++;
     M.generatedTokens.inc({ model: this.modelId });
+    this.throughput.note(1);
     if (!this.text.eosIds.has(tok) && g.produced < g.req.maxTokens) s.pending = [tok];
     this.deliver(s, tok, lp ?? undefined);
   }
