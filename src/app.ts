@@ -91,7 +91,15 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
     if (r.inference) inference.addAll(r.inference);
   }
 
-  const common = { auth: services.auth, bodyBytesMax: config.MAX_BODY_BYTES, timeoutMs: config.REQUEST_TIMEOUT_MS, host: config.HOST, cors: config.CORS_ORIGINS };
+  const common = {
+    auth: services.auth,
+    bodyBytesMax: config.MAX_BODY_BYTES,
+    timeoutMs: config.REQUEST_TIMEOUT_MS,
+    bodyTimeoutMs: config.BODY_TIMEOUT_MS,
+    clientInflightMax: config.CLIENT_INFLIGHT_MAX,
+    host: config.HOST,
+    cors: config.CORS_ORIGINS,
+  };
   const servers = [
     new HttpServer({ ...common, name: 'platform', port: config.PORT, family: 'platform', router: platform }),
     new HttpServer({

@@ -37,6 +37,12 @@ const envSchema = z.object({
   // A request is admitted to a model only if it would start within this (estimated from the
   // work queued and the measured rate); others get 429 with Retry-After. See options.ts.
   ADMISSION_WAIT_MS_MAX: int(100, 600_000).default(10_000),
+  // A body must arrive within this from the request's start (408 and the connection closed
+  // after): a client trickling a body must not hold a stream route's 10-minute deadline.
+  BODY_TIMEOUT_MS: int(100, 3_600_000).default(30_000),
+  // Requests one client address may have in flight (429 past it); 0: no cap. Off by default:
+  // behind a load balancer every request comes from its address. Set it where clients connect directly.
+  CLIENT_INFLIGHT_MAX: int(0, 1_000_000).default(0),
   // A stream may run longer (max_tokens at a slow rate), but not forever.
   STREAM_TIMEOUT_MS: int(1000, 3_600_000).default(600_000),
   // On SIGTERM, in-flight requests get this long to finish before we close anyway.

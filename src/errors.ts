@@ -16,6 +16,7 @@ export type ErrorKind =
   | 'rate_limited' // 429 with Retry-After
   | 'overloaded' // 429: engine queue full
   | 'timeout' // 504: request deadline passed
+  | 'request_timeout' // 408: the client did not send its body in time
   | 'unavailable' // 503: not ready, shutting down
   | 'internal'; // 500, never with internals in the body
 

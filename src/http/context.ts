@@ -65,6 +65,8 @@ export class Ctx {
    * deadline; its handler calls this once the body says it will not stream.
    */
   useDefaultDeadline: () => void = () => undefined;
+  /** The client address counted against CLIENT_INFLIGHT_MAX, when that cap is on. */
+  client: string | undefined;
 
   constructor(
     readonly res: HttpResponse,
@@ -116,6 +118,11 @@ export class Ctx {
     this.bodyError = err;
     for (const [, fail] of this.bodyWaiters) fail(err);
     this.bodyWaiters = [];
+  }
+
+  /** Whether the whole body has arrived (or failed). */
+  hasBody(): boolean {
+    return this.bodyBuf !== undefined || this.bodyError !== undefined;
   }
 
   body(): Promise<Buffer> {

@@ -20,6 +20,7 @@ const statusOf: Record<ErrorKind, number> = {
   internal: 500,
   unavailable: 503,
   timeout: 504,
+  request_timeout: 408,
 };
 
 const inferenceType: Record<ErrorKind, string> = {
@@ -35,6 +36,7 @@ const inferenceType: Record<ErrorKind, string> = {
   rate_limited: 'rate_limit_error',
   overloaded: 'rate_limit_error',
   timeout: 'timeout_error',
+  request_timeout: 'invalid_request_error',
   unavailable: 'server_error',
   internal: 'server_error',
 };
@@ -52,6 +54,7 @@ const defaultCode: Record<ErrorKind, string> = {
   rate_limited: 'rate_limit_exceeded',
   overloaded: 'engine_overloaded',
   timeout: 'timeout',
+  request_timeout: 'request_timeout',
   unavailable: 'service_unavailable',
   internal: 'internal_error',
 };
@@ -87,13 +90,14 @@ export function noteError(ctx: Ctx, err: unknown): void {
   ctx.note({ errorType: kind, errorCode: e?.code ?? defaultCode[kind] });
 }
 
-export function sendError(ctx: Ctx, err: unknown): void {
+/** Answers with the error; `close` ends the connection after it (a client that misbehaved on it). */
+export function sendError(ctx: Ctx, err: unknown, close = false): void {
   if (!(err instanceof ApiError)) {
     log.error({ reqId: ctx.requestId, route: ctx.route, err }, 'unhandled error');
   }
   const h = toHttpError(err, ctx.family);
   noteError(ctx, err);
-  ctx.send(h.status, JSON.stringify(h.body), 'application/json', h.headers);
+  ctx.send(h.status, JSON.stringify(h.body), 'application/json', h.headers, close);
 }
 
 export function sendReply(ctx: Ctx, reply: Reply): void {

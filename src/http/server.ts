@@ -39,6 +39,8 @@ interface Deadline {
   ctx: Ctx;
   at: number;
   ms: number;
+  /** A body deadline: the body must have arrived by `at` (408, connection closed). */
+  body?: boolean;
 }
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 // After a 413 the rest of the body is read and dropped, so the client gets to read
@@ -57,6 +59,10 @@ export interface ServerOptions {
   auth: Authenticator;
   bodyBytesMax: number;
   timeoutMs: number;
+  /** A request's body must arrive within this (BODY_TIMEOUT_MS): a slow sender gets 408. */
+  bodyTimeoutMs: number;
+  /** Requests one client address may have in flight (CLIENT_INFLIGHT_MAX); 0: no cap. */
+  clientInflightMax: number;
   /** Browser origins allowed (CORS_ORIGINS); an empty set answers no preflight. */
   cors?: CorsOrigins;
   /** Appended to a 404's message: where this address's API lives. */
@@ -69,6 +75,8 @@ export class HttpServer {
   private inflight = 0;
   /** The requests in flight, so that the end of a shutdown's grace can tell each of them. */
   private readonly live = new Set<Ctx>();
+  /** Requests in flight per client address, for CLIENT_INFLIGHT_MAX. */
+  private readonly perClient = new Map<string, number>();
   private readonly deadlines = new Set<Deadline>();
   private deadlineTimer: NodeJS.Timeout | undefined;
   /** Label-bound metric children by route, method and status: a hit skips prom-client's label hashing. */
@@ -160,8 +168,23 @@ export class HttpServer {
     }
     this.inflight++;
     this.live.add(ctx);
-    const done = this.readBody(ctx, method, match);
+    const capped = this.admitClient(ctx, res);
+    const done = this.readBody(ctx, method, match) ?? capped;
     void this.handle(ctx, match, allowed, done).finally(() => this.finish(ctx));
+  }
+
+  /** Counts the request against its client's cap; the refusal to answer at once, if over it. */
+  private admitClient(ctx: Ctx, res: HttpResponse): ApiError | undefined {
+    const max = this.opts.clientInflightMax;
+    if (max === 0) return undefined;
+    const client = Buffer.from(res.getRemoteAddressAsText()).toString();
+    const n = this.perClient.get(client) ?? 0;
+    if (n >= max) {
+      return new ApiError('rate_limited', `this client address has ${n} requests in flight, the limit (CLIENT_INFLIGHT_MAX); retry when one ends`, { retryAfterMs: 1_000 });
+    }
+    this.perClient.set(client, n + 1);
+    ctx.client = client;
+    return undefined;
   }
 
   /** Reads the body up to the route's limit; returns an error to answer at once, if any. */
@@ -198,6 +221,8 @@ export class HttpServer {
       ctx.bodyFail(tooLarge(String(declared)));
       return tooLarge(String(declared));
     }
+    this.deadlines.add({ ctx, at: performance.now() + this.opts.bodyTimeoutMs, ms: this.opts.bodyTimeoutMs, body: true });
+    this.armDeadlines();
     return undefined;
   }
 
@@ -257,6 +282,16 @@ export class HttpServer {
       }
       const now = performance.now();
       for (const d of this.deadlines) {
+        if (d.body) {
+          if (d.ctx.hasBody()) this.deadlines.delete(d);
+          else if (d.at <= now) {
+            this.deadlines.delete(d);
+            const err = new ApiError('request_timeout', `the request body did not arrive within ${d.ms} ms (BODY_TIMEOUT_MS)`, { param: 'body' });
+            d.ctx.bodyFail(err);
+            if (!d.ctx.responded) sendError(d.ctx, err, true);
+          }
+          continue;
+        }
         if (d.at > now) continue;
         this.deadlines.delete(d);
         const err = new ApiError('timeout', `request did not finish within ${d.ms} ms`);
@@ -299,6 +334,11 @@ export class HttpServer {
       'request',
     );
     this.live.delete(ctx);
+    if (ctx.client !== undefined) {
+      const n = (this.perClient.get(ctx.client) ?? 1) - 1;
+      if (n > 0) this.perClient.set(ctx.client, n);
+      else this.perClient.delete(ctx.client);
+    }
     if (--this.inflight === 0) {
       const w = this.drainWaiters;
       this.drainWaiters = [];
