@@ -120,6 +120,12 @@ export class Ctx {
     this.bodyWaiters = [];
   }
 
+  /** The body's JSON value parsed elsewhere (a screening thread that took the bytes). */
+  setJson(value: unknown): void {
+    this.jsonParsed = true;
+    this.jsonCache = value;
+  }
+
   /** Whether the whole body has arrived (or failed). */
   hasBody(): boolean {
     return this.bodyBuf !== undefined || this.bodyError !== undefined;
