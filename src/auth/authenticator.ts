@@ -1,7 +1,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import { ApiError } from '../errors.js';
 import type { Sql } from '../db/index.js';
-import { isDatabaseUnavailable, OUTAGE_STALE_MS_MAX } from '../db/bounded.js';
+import { databaseDown, isDatabaseUnavailable, OUTAGE_STALE_MS_MAX } from '../db/bounded.js';
 import { log } from '../log.js';
 import { hashKeyB64 } from './keys.js';
 import type { Principal, RateLimits } from './principal.js';
@@ -47,6 +47,9 @@ export class Authenticator {
     const cacheKey = hashKeyB64(secret);
     const now = Date.now();
     let hit = this.cache.get(cacheKey);
+    const stale = hit?.principal && now - hit.expiresAt < OUTAGE_STALE_MS_MAX ? hit.principal : undefined;
+    // The database just failed: a key valid within OUTAGE_STALE_MS_MAX serves without waiting on it again.
+    if (hit && hit.expiresAt < now && stale && databaseDown()) return stale;
     if (!hit || hit.expiresAt < now) {
       const gen = this.gen;
       const ttl = this.listening ? this.ttlMs : Math.min(this.ttlMs, UNLISTENED_TTL_MS_MAX);
@@ -56,7 +59,7 @@ export class Authenticator {
       } catch (e) {
         // The database is down: a key that was valid within OUTAGE_STALE_MS_MAX still is
         // (nothing can revoke it meanwhile: revocation writes to the same database).
-        if (hit?.principal && isDatabaseUnavailable(e) && now - hit.expiresAt < OUTAGE_STALE_MS_MAX) return hit.principal;
+        if (stale && isDatabaseUnavailable(e)) return stale;
         throw e;
       }
       hit = { principal, expiresAt: now + ttl };

@@ -36,6 +36,22 @@ export function isConnectionError(e: unknown): boolean {
  */
 export const OUTAGE_STALE_MS_MAX = 60_000;
 
+/**
+ * After the database failed to answer, callers holding a cached answer use it without
+ * asking again for this long (unless a statement succeeds meanwhile): otherwise each of
+ * them would wait DB_STATEMENT_WAIT_MS for the same outage.
+ */
+const DB_DOWN_HOLD_MS = 5_000;
+let lastFailureAt = -Infinity;
+
+/** Whether the database failed recently and has not answered since. */
+export const databaseDown = (): boolean => performance.now() - lastFailureAt < DB_DOWN_HOLD_MS;
+
+function noteOutcome(ok: boolean): void {
+  if (ok) lastFailureAt = -Infinity;
+  else lastFailureAt = performance.now();
+}
+
 export const isDatabaseUnavailable = (e: unknown): boolean => e instanceof ApiError && e.code === 'database_unavailable';
 
 export const databaseUnavailable = (why: string, cause?: unknown) =>
@@ -56,18 +72,21 @@ function boundQuery<Q extends Thenable>(q: Q, waitMs: number): Q {
     new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         unavailableTotal.inc({ reason: 'timeout' });
+        noteOutcome(false);
         q.cancel?.();
         reject(databaseUnavailable(`no answer within ${waitMs} ms`));
       }, waitMs);
       then(
         (v) => {
           clearTimeout(timer);
+          noteOutcome(true);
           resolve(v);
         },
         (e) => {
           clearTimeout(timer);
           if (!isConnectionError(e)) return reject(e);
           unavailableTotal.inc({ reason: 'connection' });
+          noteOutcome(false);
           reject(databaseUnavailable((e as Error).message, e));
         },
       );

@@ -1,6 +1,6 @@
 import { ApiError } from '../../errors.js';
 import type { Sql } from '../../db/index.js';
-import { isDatabaseUnavailable, OUTAGE_STALE_MS_MAX } from '../../db/bounded.js';
+import { databaseDown, isDatabaseUnavailable, OUTAGE_STALE_MS_MAX } from '../../db/bounded.js';
 import { runVisibleTo } from '../../money/rft.js';
 import type { Ctx } from '../../http/context.js';
 import type { ServedModel } from '../engine-api.js';
@@ -23,12 +23,15 @@ class TtlCache<V> {
   async get(key: string, now: number, load: () => Promise<V>): Promise<V> {
     const hit = this.m.get(key);
     if (hit && now - hit.at < this.ttlMs) return hit.v;
+    const usable = hit && now - hit.at < this.ttlMs + OUTAGE_STALE_MS_MAX;
+    // The database just failed: a cached answer serves at once instead of waiting on it again.
+    if (usable && databaseDown()) return hit.v;
     let v: V;
     try {
       v = await load();
     } catch (e) {
       // The database is down: an answer read within OUTAGE_STALE_MS_MAX still serves.
-      if (hit && isDatabaseUnavailable(e) && now - hit.at < this.ttlMs + OUTAGE_STALE_MS_MAX) return hit.v;
+      if (usable && isDatabaseUnavailable(e)) return hit.v;
       throw e;
     }
     if (this.m.size >= CACHE_ENTRIES_MAX) this.m.delete(this.m.keys().next().value!);
