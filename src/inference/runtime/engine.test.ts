@@ -213,7 +213,7 @@ describe('engine backpressure', () => {
 
 describe('engine queue', () => {
   it('answers overloaded when the waiting queue is full', async () => {
-    const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { batchSizeMax: 1, queueDepthMax: 1 } });
+    const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { batchSizeMax: 1, queueDepthMax: 1, admissionWaitMsMax: Infinity } });
     try {
       const x = await small.encodeChat(CHAT, [{ role: 'user', content: 'x' }]);
       const g = (n: number) => small.generate(CHAT, { promptTokens: [...x], maxTokens: n, temperature: 0, topP: 1, stop: [] });

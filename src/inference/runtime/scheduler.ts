@@ -5,7 +5,7 @@ import { engineMetrics as M, kvCacheUsage, observeFinished } from './metrics.js'
 import type { EngineOptions } from './options.js';
 import type { SamplerSpec } from './protocol.js';
 import { WorkerLost, type Runner } from './runner.js';
-import { Throughput } from './throughput.js';
+import { CompletionRate } from './throughput.js';
 import { logSoftmax } from './sampler.js';
 import { Detokenizer, StopMatcher, type ModelText } from './text.js';
 
@@ -52,8 +52,6 @@ interface Seq {
   id: number;
   /** Tokens not yet run through the model. */
   pending: number[];
-  /** Tokens it may still make the model run (prompt, max_tokens, an evaluation's branches): admission's estimate. */
-  work?: number;
   promptLen: number;
   gen?: Gen;
   branch?: Branch;
@@ -76,9 +74,7 @@ export class Scheduler {
   /** While a decode run is in flight: sends an arriving prompt to join it; false when it cannot. */
   private joinRun: ((seq: Seq) => boolean) | undefined;
   private readonly vocab: number;
-  /** Tokens of work the waiting requests hold (Seq.work summed). */
-  private queuedWork = 0;
-  private readonly throughput = new Throughput();
+  private readonly completions = new CompletionRate();
 
   constructor(
     readonly modelId: string,
@@ -115,16 +111,16 @@ export class Scheduler {
   }
 
   /**
-   * How long a request arriving now would wait for a batch slot: nothing while one
-   * is free, else the work of every request running or waiting over the measured
-   * rate (max_tokens at face value: an upper bound when generations stop early).
+   * How long a request arriving now would wait for a batch slot: nothing while the
+   * requests waiting do not fill the free slots, else its place in the queue over
+   * the rate slots have been freeing up lately. Infinite while too few requests end
+   * to tell (just started, or every slot held by long streams): no start can be promised.
    */
   estimatedWaitMs(): number {
-    const rate = this.throughput.rate;
-    if (rate === 0 || (this.waiting.length === 0 && this.slotsUsed() < this.opts.batchSizeMax)) return 0;
-    let work = this.queuedWork;
-    for (const s of this.active) if (s.gen && !s.gen.finished) work += s.pending.length + s.gen.req.maxTokens - s.gen.produced;
-    return (work * 1000) / rate;
+    const ahead = this.waiting.length - (this.opts.batchSizeMax - this.slotsUsed());
+    if (ahead < 0) return 0;
+    const rate = this.completions.perSecond();
+    return rate === undefined ? Infinity : ((ahead + 1) * 1000) / rate;
   }
 
   private admit(seq: Seq): void {
@@ -135,13 +131,14 @@ export class Scheduler {
       throw new ApiError('overloaded', `model ${this.modelId} has ${this.waiting.length} requests waiting, its limit; retry shortly`, { retryAfterMs: 1000 });
     }
     const waitMs = this.estimatedWaitMs();
-    M.admissionWait.set({ model: this.modelId }, waitMs / 1000);
+    M.admissionWait.set({ model: this.modelId }, Number.isFinite(waitMs) ? waitMs / 1000 : -1);
     if (waitMs > this.opts.admissionWaitMsMax) {
-      throw new ApiError(
-        'overloaded',
-        `model ${this.modelId} is busy: a request would wait about ${Math.round(waitMs / 1000)} s to start, over its limit of ${this.opts.admissionWaitMsMax / 1000} s; retry later`,
-        { retryAfterMs: waitMs - this.opts.admissionWaitMsMax },
-      );
+      const about = Number.isFinite(waitMs) ? `about ${Math.round(waitMs / 1000)} s` : 'longer than any bound (no request has ended lately)';
+      throw new ApiError('overloaded', `model ${this.modelId} is busy: a request would wait ${about} to start, over its limit of ${this.opts.admissionWaitMsMax / 1000} s; retry later`, {
+        // Until the queue ahead would have moved enough (without a rate, a second), spread by
+        // up to half again so that clients refused together do not all come back together.
+        retryAfterMs: (Number.isFinite(waitMs) ? waitMs - this.opts.admissionWaitMsMax : 1_000) * (1 + Math.random() / 2),
+      });
     }
     this.queue(seq);
     if (this.joinRun?.(seq)) return;
@@ -150,13 +147,11 @@ export class Scheduler {
 
   private queue(seq: Seq): void {
     this.waiting.push(seq);
-    this.queuedWork += seq.work ?? 0;
     M.waiting.set({ model: this.modelId }, this.waiting.length);
   }
 
   private unqueue(index: number): Seq {
     const [seq] = this.waiting.splice(index, 1);
-    this.queuedWork -= seq!.work ?? 0;
     M.waiting.set({ model: this.modelId }, this.waiting.length);
     return seq!;
   }
@@ -183,7 +178,6 @@ export class Scheduler {
         seq.pending.splice(0, n);
         if (!seq.cancelled) {
           M.promptTokens.inc({ model: this.modelId }, n);
-          this.throughput.note(n);
           this.accept(seq, tokens[0]!, logprobs?.[0]);
         }
         if (!this.running) this.kick();
@@ -225,7 +219,7 @@ export class Scheduler {
       scheduledAt: undefined,
       firstTokenAt: undefined,
     };
-    const seq: Seq = { id: this.nextSeq++, pending: [...req.promptTokens], promptLen: req.promptTokens.length, gen, cancelled: false, work: req.promptTokens.length + req.maxTokens };
+    const seq: Seq = { id: this.nextSeq++, pending: [...req.promptTokens], promptLen: req.promptTokens.length, gen, cancelled: false };
     const onAbort = () => this.cancel(seq);
     req.signal?.addEventListener('abort', onAbort);
     try {
@@ -278,8 +272,7 @@ export class Scheduler {
       }
       const children: number[][] = [[], ...branches.map(() => [] as number[])];
       branches.forEach((b, i) => children[b.parent + 1]!.push(i));
-      const work = prefixTokens.length + branches.reduce((n, b) => n + b.tokens.length, 0);
-      const prefix: Seq = { id: this.nextSeq++, pending: [...prefixTokens], promptLen: prefixTokens.length, cancelled: false, work };
+      const prefix: Seq = { id: this.nextSeq++, pending: [...prefixTokens], promptLen: prefixTokens.length, cancelled: false };
       const job: ScoreJob = {
         branches,
         children,
@@ -319,6 +312,7 @@ export class Scheduler {
     const g = s.gen!;
     if (g.finished) return;
     g.finished = true;
+    this.completions.note();
     const promptTokens = g.produced > 0 ? s.promptLen : s.promptLen - s.pending.length;
     g.queue.push({ type: 'done', finishReason, promptTokens, completionTokens: g.produced, ...(failure ? { failure } : {}) });
     observeFinished(this.modelId, {
@@ -376,9 +370,7 @@ export class Scheduler {
         const decode = decoding.length > 0 && (!prefilling.length || !this.lastWasDecode);
         this.lastWasDecode = decode;
         const budget = decoding.length ? this.opts.prefillTokensPerStepMax : this.opts.prefillTokensPerIdleStepMax;
-        const t0 = performance.now();
         await (decode ? this.decodeRun(decoding, prefilling.length > 0) : this.prefillStep(prefilling, budget));
-        this.throughput.step(performance.now() - t0);
       }
     } catch (e) {
       log.error({ err: e, model: this.modelId }, 'scheduler step failed');
@@ -453,7 +445,6 @@ export class Scheduler {
       seq.pending.splice(0, n);
       // Counted per chunk: a prompt cancelled half-way was half run, and is billed so.
       if (!seq.cancelled) M.promptTokens.inc({ model: this.modelId }, n);
-      this.throughput.note(n);
       if (seq.pending.length > 0 || seq.cancelled) continue;
       if (seq.gen) {
         this.accept(seq, tokens[b]!, logprobs?.[b]);
@@ -462,7 +453,10 @@ export class Scheduler {
         job.logprobs[index] = logSoftmax(logits, b * this.vocab, this.vocab);
         await this.forkBranches(seq, job, job.children[index + 1]!);
         seq.branch = undefined; // done: reaped next
-        if (--job.left === 0) job.resolve({ logprobs: job.logprobs, processedTokens: job.processed });
+        if (--job.left === 0) {
+          this.completions.note();
+          job.resolve({ logprobs: job.logprobs, processedTokens: job.processed });
+        }
       } else if (seq.prefixOf) {
         const job = seq.prefixOf;
         await this.forkBranches(seq, job, job.children[0]!);
@@ -576,7 +570,6 @@ export class Scheduler {
     g.lastTokenAt = now;
     g.produced++;
     M.generatedTokens.inc({ model: this.modelId });
-    this.throughput.note(1);
     if (!this.text.eosIds.has(tok) && g.produced < g.req.maxTokens) s.pending = [tok];
     this.deliver(s, tok, lp ?? undefined);
   }
