@@ -10,9 +10,8 @@
 //   node dist/bench/faults.js soak [min]  mixed load for `min` minutes, RSS every 10 s
 import fs from 'node:fs';
 import net from 'node:net';
-import path from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { startDaemon, stopDaemon, type Started } from '../test/daemon.js';
+import { embeddedPostgresPids, fundedKey, startDaemon, stopDaemon, type Started } from '../test/daemon.js';
 import { machine } from './lib.js';
 
 const CHAT = 'cloudgate/random-llama-chat';
@@ -35,16 +34,8 @@ async function post(d: Started, base: 'platform' | 'inference', p: string, key: 
 }
 
 /** A user with a key (no rate limit to speak of) and `funds` units in the wallet. */
-async function user(d: Started, funds: number) {
-  const u = await post(d, 'platform', '/api/admin/users', d.adminKey, { name: 'bench', email: `bench-${Date.now()}-${Math.random()}@test.local` });
-  const k = await post(d, 'platform', '/api/admin/api-keys', d.adminKey, {
-    userId: u.body.data.id,
-    permissions: ['inference:use', 'billing:read', 'instances:read'],
-    rateLimits: { requestsPerMinute: 1_000_000, tokensPerMinute: 1_000_000_000 },
-  });
-  if (funds) await post(d, 'platform', '/api/admin/transactions/topup', d.adminKey, { userId: u.body.data.id, amount: funds, type: 'TOPUP' });
-  return { userId: u.body.data.id as string, key: k.body.data.key as string };
-}
+const user = (d: Started, funds: number) =>
+  fundedKey(d, funds, ['inference:use', 'billing:read', 'instances:read'], { requestsPerMinute: 1_000_000, tokensPerMinute: 1_000_000_000 });
 
 /**
  * Polls `url` every `everyMs` from a worker thread (so this thread's own work, such as
@@ -78,21 +69,7 @@ function prober(url: string, everyMs = 10) {
   };
 }
 
-const postgresPids = (d: Started): number[] => {
-  const master = Number(fs.readFileSync(path.join(d.dataDir, 'pg', 'postmaster.pid'), 'utf8').split('\n')[0]);
-  const kids = fs
-    .readdirSync('/proc')
-    .filter((p) => /^\d+$/.test(p))
-    .filter((p) => {
-      try {
-        return Number(fs.readFileSync(`/proc/${p}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]) === master;
-      } catch {
-        return false;
-      }
-    })
-    .map(Number);
-  return [master, ...kids];
-};
+const postgresPids = (d: Started) => embeddedPostgresPids(d.dataDir);
 
 const rssMiB = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
 
@@ -313,7 +290,7 @@ const runs: Record<string, (arg?: string) => Promise<void>> = {
 
   async soak(arg) {
     const minutes = Number(arg ?? 10);
-    const d = await startDaemon({ LOG_LEVEL: 'warn' });
+    const d = await startDaemon();
     try {
       const { key } = await user(d, 100_000_000);
       const until = performance.now() + minutes * 60_000;

@@ -83,6 +83,36 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir?: st
   };
 }
 
+/** The embedded PostgreSQL's postmaster and its backends (to stop or kill them as a fault would). */
+export function embeddedPostgresPids(dataDir: string): number[] {
+  const master = Number(fs.readFileSync(path.join(dataDir, 'pg', 'postmaster.pid'), 'utf8').split('\n')[0]);
+  const parentOf = (p: string) => {
+    try {
+      return Number(fs.readFileSync(`/proc/${p}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]);
+    } catch {
+      return -1;
+    }
+  };
+  const kids = fs
+    .readdirSync('/proc')
+    .filter((p) => /^\d+$/.test(p) && parentOf(p) === master)
+    .map(Number);
+  return [master, ...kids];
+}
+
+/** A user with an API key holding `permissions`, its wallet funded with `funds` units, through the admin API. */
+export async function fundedKey(d: DaemonInfo, funds: number, permissions = ['inference:use'], rateLimits?: Record<string, number>): Promise<{ userId: string; key: string }> {
+  const post = async (p: string, body: unknown) => {
+    const r = await fetch(`${d.platformUrl}${p}`, { method: 'POST', headers: { authorization: `Bearer ${d.adminKey}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    if (r.status >= 300) throw new Error(`${p}: ${r.status} ${await r.text()}`);
+    return ((await r.json()) as { data: { id: string; key: string } }).data;
+  };
+  const u = await post('/api/admin/users', { name: 'fault', email: `fault-${Date.now()}-${randomBytes(4).toString('hex')}@test.local` });
+  const k = await post('/api/admin/api-keys', { userId: u.id, permissions, ...(rateLimits ? { rateLimits } : {}) });
+  if (funds) await post('/api/admin/transactions/topup', { userId: u.id, amount: funds, type: 'TOPUP' });
+  return { userId: u.id, key: k.key };
+}
+
 export async function stopDaemon(d: Started, signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
   if (d.proc.exitCode !== null) return d.proc.exitCode;
   d.proc.kill(signal);

@@ -57,6 +57,14 @@ export const isDatabaseUnavailable = (e: unknown): boolean => e instanceof ApiEr
 export const databaseUnavailable = (why: string, cause?: unknown) =>
   new ApiError('unavailable', `the database is unavailable (${why}); retry shortly`, { code: 'database_unavailable', retryAfterMs: DB_RETRY_AFTER_MS, cause });
 
+/** A failed statement's error as the caller gets it: a lost server is a 503, anything else unchanged. */
+function asUnavailable(e: unknown): unknown {
+  if (!isConnectionError(e)) return e;
+  unavailableTotal.inc({ reason: 'connection' });
+  noteOutcome(false);
+  return databaseUnavailable((e as Error).message, e);
+}
+
 type Thenable = { then: (ok?: (v: unknown) => unknown, fail?: (e: unknown) => unknown) => Promise<unknown>; cancel?: () => unknown };
 
 /**
@@ -84,10 +92,7 @@ function boundQuery<Q extends Thenable>(q: Q, waitMs: number): Q {
         },
         (e) => {
           clearTimeout(timer);
-          if (!isConnectionError(e)) return reject(e);
-          unavailableTotal.inc({ reason: 'connection' });
-          noteOutcome(false);
-          reject(databaseUnavailable((e as Error).message, e));
+          reject(asUnavailable(e));
         },
       );
     }).then(ok, fail);
@@ -157,9 +162,7 @@ function boundBegin(target: object, begin: (...x: unknown[]) => Promise<unknown>
       },
       (e) => {
         clearTimeout(timer);
-        if (!isConnectionError(e)) return reject(e);
-        unavailableTotal.inc({ reason: 'connection' });
-        reject(databaseUnavailable((e as Error).message, e));
+        reject(asUnavailable(e));
       },
     );
   });

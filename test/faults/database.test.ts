@@ -1,7 +1,5 @@
-import fs from 'node:fs';
-import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startDaemon, stopDaemon, type Started } from '../daemon.js';
+import { embeddedPostgresPids, fundedKey, startDaemon, stopDaemon, type Started } from '../daemon.js';
 
 // Issue 12.5: with PostgreSQL stalled (SIGSTOP) or dead, the daemon fails fast — 503 with
 // Retry-After, /readyz 503 within a second, /healthz still 200 — keeps serving admitted
@@ -18,35 +16,13 @@ let d: Started;
 let key: string;
 beforeAll(async () => {
   d = await startDaemon();
-  const post = async (p: string, body: unknown) => {
-    const r = await fetch(`${d.platformUrl}${p}`, { method: 'POST', headers: { authorization: `Bearer ${d.adminKey}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
-    return ((await r.json()) as { data: { id: string; key: string } }).data;
-  };
-  const u = await post('/api/admin/users', { name: 'db', email: `db-${Date.now()}@test.local` });
-  key = (await post('/api/admin/api-keys', { userId: u.id, permissions: ['inference:use', 'instances:read', 'billing:read'] })).key;
-  await post('/api/admin/transactions/topup', { userId: u.id, amount: 100_000, type: 'TOPUP' });
+  key = (await fundedKey(d, 100_000, ['inference:use', 'instances:read', 'billing:read'])).key;
 }, 60_000);
 afterAll(async () => {
   if (d) await stopDaemon(d, 'SIGKILL');
 });
 
-/** The embedded server's postmaster and its backends (a stall stops them all, as SIGSTOP on the group would). */
-function postgresPids(): number[] {
-  const text = fs.readFileSync(path.join(d.dataDir, 'pg', 'postmaster.pid'), 'utf8');
-  const master = Number(text.split('\n')[0]);
-  const kids = fs
-    .readdirSync('/proc')
-    .filter((p) => /^\d+$/.test(p))
-    .filter((p) => {
-      try {
-        return Number(fs.readFileSync(`/proc/${p}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]) === master;
-      } catch {
-        return false;
-      }
-    })
-    .map(Number);
-  return [master, ...kids];
-}
+const postgresPids = () => embeddedPostgresPids(d.dataDir);
 
 async function timed(url: string, k?: string, body?: unknown) {
   const t0 = performance.now();

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startDaemon, stopDaemon, type Started } from '../daemon.js';
+import { fundedKey, startDaemon, stopDaemon, type Started } from '../daemon.js';
 
 // Issue 12.6 / 12.7: a request cut by its deadline or by the end of a shutdown's grace
 // is told so (504 / 503 before the first byte, an in-band error frame after it), never
@@ -15,13 +15,7 @@ let d: Started;
 let key: string;
 beforeAll(async () => {
   d = await startDaemon({ REQUEST_TIMEOUT_MS: '100', STREAM_TIMEOUT_MS: '1000', SHUTDOWN_GRACE_MS: '300' });
-  const post = async (path: string, body: unknown) => {
-    const r = await fetch(`${d.platformUrl}${path}`, { method: 'POST', headers: { authorization: `Bearer ${d.adminKey}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
-    return ((await r.json()) as { data: { id: string; key: string } }).data;
-  };
-  const u = await post('/api/admin/users', { name: 'outcomes', email: `outcomes-${Date.now()}@test.local` });
-  key = (await post('/api/admin/api-keys', { userId: u.id, permissions: ['inference:use'], rateLimits: { requestsPerMinute: 10_000, tokensPerMinute: 10_000_000 } })).key;
-  await post('/api/admin/transactions/topup', { userId: u.id, amount: 1_000_000, type: 'TOPUP' });
+  key = (await fundedKey(d, 1_000_000, ['inference:use'], { requestsPerMinute: 10_000, tokensPerMinute: 10_000_000 })).key;
 }, 60_000);
 afterAll(async () => {
   if (d && d.proc.exitCode === null) await stopDaemon(d, 'SIGKILL');

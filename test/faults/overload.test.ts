@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startDaemon, stopDaemon, type Started } from '../daemon.js';
+import { fundedKey, startDaemon, stopDaemon, type Started } from '../daemon.js';
 
 // Issue 12.6: admission by work. A request is admitted only if it would start within
 // ADMISSION_WAIT_MS_MAX (work queued over the measured rate); the rest get a fast 429
@@ -14,13 +14,7 @@ let d: Started;
 let key: string;
 beforeAll(async () => {
   d = await startDaemon({ ADMISSION_WAIT_MS_MAX: '500' });
-  const post = async (p: string, b: unknown) => {
-    const r = await fetch(`${d.platformUrl}${p}`, { method: 'POST', headers: { authorization: `Bearer ${d.adminKey}`, 'content-type': 'application/json' }, body: JSON.stringify(b) });
-    return ((await r.json()) as { data: { id: string; key: string } }).data;
-  };
-  const u = await post('/api/admin/users', { name: 'flood', email: `flood-${Date.now()}@test.local` });
-  key = (await post('/api/admin/api-keys', { userId: u.id, permissions: ['inference:use'], rateLimits: { requestsPerMinute: 100_000, tokensPerMinute: 100_000_000 } })).key;
-  await post('/api/admin/transactions/topup', { userId: u.id, amount: 10_000_000, type: 'TOPUP' });
+  key = (await fundedKey(d, 10_000_000, ['inference:use'], { requestsPerMinute: 100_000, tokensPerMinute: 100_000_000 })).key;
 }, 60_000);
 afterAll(async () => {
   if (d) await stopDaemon(d);

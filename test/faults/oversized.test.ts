@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startDaemon, stopDaemon, type Started } from '../daemon.js';
+import { fundedKey, startDaemon, stopDaemon, type Started } from '../daemon.js';
 
 // Issue 12.4: one oversized prompt froze both ports for 37 s (tokenised on the event
 // loop before any bound). Now a body that cannot fit is refused by its characters,
@@ -18,18 +18,8 @@ let key: string;
 let broke: string;
 beforeAll(async () => {
   d = await startDaemon();
-  const post = async (path: string, body: unknown) => {
-    const r = await fetch(`${d.platformUrl}${path}`, { method: 'POST', headers: { authorization: `Bearer ${d.adminKey}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
-    return ((await r.json()) as { data: { id: string; key: string } }).data;
-  };
-  const mk = async (funds: number) => {
-    const u = await post('/api/admin/users', { name: 'big', email: `big-${funds}-${Date.now()}@test.local` });
-    const k = await post('/api/admin/api-keys', { userId: u.id, permissions: ['inference:use'] });
-    if (funds) await post('/api/admin/transactions/topup', { userId: u.id, amount: funds, type: 'TOPUP' });
-    return k.key;
-  };
-  key = await mk(100_000);
-  broke = await mk(0);
+  key = (await fundedKey(d, 100_000)).key;
+  broke = (await fundedKey(d, 0)).key;
 }, 60_000);
 afterAll(async () => {
   if (d) await stopDaemon(d);
