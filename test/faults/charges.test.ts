@@ -19,7 +19,7 @@ const FAULT_TEST_MS = 120_000;
 
 const started: Started[] = [];
 afterEach(async () => {
-  for (const d of started.splice(0)) if (d.proc.exitCode === null) await stopDaemon(d, 'SIGKILL');
+  for (const d of started.splice(0)) if (d.proc.exitCode === null) await stopDaemon(d);
 });
 
 async function json(url: string, key: string, method = 'GET', body?: unknown) {

@@ -10,7 +10,7 @@ const CHAT = 'cloudgate/random-llama-chat';
 const PLATFORM_WAIT_MS_BOUND = 4_000;
 const READY_WAIT_MS_BOUND = 1_500;
 // Measured at ~1 s (backoff 0.5 s + start); the probe saw it never happen.
-const RESTART_WAIT_MS_MAX = 20_000;
+const RESTART_WAIT_MS_MAX = 40_000;
 
 let d: Started;
 let key: string;
@@ -19,7 +19,7 @@ beforeAll(async () => {
   key = (await fundedKey(d, 100_000, ['inference:use', 'instances:read', 'billing:read'])).key;
 }, 60_000);
 afterAll(async () => {
-  if (d) await stopDaemon(d, 'SIGKILL');
+  if (d) await stopDaemon(d);
 });
 
 const postgresPids = () => embeddedPostgresPids(d.dataDir);
