@@ -124,6 +124,15 @@ const runs: Record<string, (arg?: string) => Promise<void>> = {
       await post(d, 'inference', '/v1/chat/completions', key, chatBody(4));
       const pids = postgresPids(d);
       for (const p of pids) process.kill(p, 'SIGSTOP');
+      const stoppedAt = performance.now();
+      let notReadyAfter = NaN;
+      // /readyz polled on its own every 20 ms: when it first says 503.
+      const watch = (async () => {
+        while (Number.isNaN(notReadyAfter) && performance.now() - stoppedAt < 10_000) {
+          if ((await fetch(`${d.platformUrl}/readyz`)).status === 503) notReadyAfter = performance.now() - stoppedAt;
+          else await sleep(20);
+        }
+      })();
       const ready: number[] = [];
       const wallet: Array<[number, number]> = [];
       const infer: Array<[number, number]> = [];
@@ -145,11 +154,12 @@ const runs: Record<string, (arg?: string) => Promise<void>> = {
         infer.push(i);
         health.push(h[1]);
       }
+      await watch;
       for (const p of pids) process.kill(p, 'SIGCONT');
       const show = (name: string, xs: Array<[number, number]>) =>
         console.log(`${name}: statuses ${[...new Set(xs.map((x) => x[0]))].join('/')}  p50 ${ms(pct(xs.map((x) => x[1]), 50))}  max ${ms(Math.max(...xs.map((x) => x[1])))}  (${xs.length})`);
       console.log(`10 s with PostgreSQL stopped (SIGSTOP on the postmaster and its ${pids.length - 1} backends):`);
-      console.log(`/readyz: p50 ${ms(pct(ready, 50))}  max ${ms(Math.max(...ready))}`);
+      console.log(`/readyz: 503 from ${ms(notReadyAfter)} after the stop (first probe that saw it); answers p50 ${ms(pct(ready, 50))}  max ${ms(Math.max(...ready))}`);
       show('GET /api/v1/billing/wallet', wallet);
       show('chat (admitted key, cached balance)', infer);
       console.log(`/healthz: max ${ms(Math.max(...health))}`);

@@ -2,7 +2,7 @@ import type { Config } from './config.js';
 import { connect, type Sql } from './db/index.js';
 import { startEmbedded, type EmbeddedDb } from './db/embedded.js';
 import { migrate } from './db/migrate.js';
-import { bounded } from './db/bounded.js';
+import { livenessOf } from './db/bounded.js';
 import { Authenticator } from './auth/authenticator.js';
 import { bootstrapAdmin } from './auth/issuance.js';
 import { issuanceRoutes } from './auth/routes.js';
@@ -35,8 +35,6 @@ export interface Daemon {
 const DB_CLOSE_WAIT_S = 1;
 /** After the grace, how long requests told of the shutdown get to write that (an error frame). */
 const SHUTDOWN_ABORT_WAIT_MS = 250;
-/** /readyz's wait for the database: under the 1 s a load balancer's probe is given. */
-const READY_DB_WAIT_MS = 800;
 /** How long a stop waits for the embedded PostgreSQL to shut down cleanly. */
 const EMBEDDED_STOP_WAIT_MS = 2_000;
 
@@ -70,8 +68,17 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
     config,
     sql,
     auth: new Authenticator(sql, config.AUTH_CACHE_TTL_MS),
-    // Bounded below the probe's 1 s: a stalled database reads as not ready at once.
-    ready: [{ name: 'database', check: async () => void (await bounded(sql, READY_DB_WAIT_MS)`SELECT 1`) }],
+    // From the pool's liveness probe (src/db/bounded.ts): /readyz answers at once, and
+    // 503 within ~1.5 s of the database going silent.
+    ready: [
+      {
+        name: 'database',
+        check: async () => {
+          const live = livenessOf(sql);
+          if (live && !live.alive()) throw new Error(`the database has not answered for ${Math.round(live.silentMs())} ms`);
+        },
+      },
+    ],
     onShutdown: (fn) => hooks.push(fn),
   };
 

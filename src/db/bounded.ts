@@ -9,10 +9,51 @@ import { counter } from '../metrics.js';
 
 /**
  * How long the daemon waits for one statement (and for a connection to run it on)
- * before answering 503. Far above any statement it runs when healthy (the slowest,
- * a pod create's transaction, takes ~30 ms here) and far below a client's patience.
+ * before asking whether the server is alive at all: if it has not answered its
+ * liveness probe lately the caller gets a 503; if it has, the statement is slow on
+ * a live server (a lock wait under load) and the wait goes on. Far above any
+ * statement the daemon runs when healthy (~30 ms here), far below a client's patience.
  */
 export const DB_STATEMENT_WAIT_MS = 2_000;
+/** The liveness probe: `SELECT 1` on a connection of its own, this often (4 trivial statements a second)... */
+const LIVENESS_PROBE_MS = 250;
+/** ...and the server counts as alive while a probe answered within this: /readyz reads 503 within ~1 s of a stall. */
+const LIVENESS_FRESH_MS = 750;
+
+/** Whether the server answers at all, told by a probe on its own connection, so busy pools do not hide it. */
+export class Liveness {
+  private okAt = performance.now();
+  private pending = false;
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(probe: () => PromiseLike<unknown>) {
+    this.timer = setInterval(() => {
+      if (this.pending) return;
+      this.pending = true;
+      Promise.resolve(probe()).then(
+        () => {
+          this.okAt = performance.now();
+          this.pending = false;
+        },
+        () => (this.pending = false),
+      );
+    }, LIVENESS_PROBE_MS);
+    this.timer.unref();
+  }
+
+  alive(): boolean {
+    return performance.now() - this.okAt < LIVENESS_FRESH_MS;
+  }
+
+  /** Milliseconds since the server last answered. */
+  silentMs(): number {
+    return performance.now() - this.okAt;
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+}
 /** The Retry-After of a database outage: about the embedded server's restart. */
 const DB_RETRY_AFTER_MS = 2_000;
 
@@ -74,16 +115,24 @@ type Thenable = { then: (ok?: (v: unknown) => unknown, fail?: (e: unknown) => un
  * back, as after any lost connection: writes that matter run in transactions, which
  * then roll back) and the caller gets a 503.
  */
-function boundQuery<Q extends Thenable>(q: Q, waitMs: number): Q {
+function boundQuery<Q extends Thenable>(q: Q, waitMs: number, live: Liveness | undefined): Q {
   const then = q.then.bind(q);
   q.then = (ok, fail) =>
     new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
+      const expire = () => {
+        // A live server is working on it (a lock wait, a loaded machine): wait on.
+        if (live?.alive()) {
+          timer = setTimeout(expire, waitMs);
+          return;
+        }
         unavailableTotal.inc({ reason: 'timeout' });
         noteOutcome(false);
-        q.cancel?.();
+        // Only a query still waiting for a connection is dropped: cancelling one already
+        // sent would send a CancelRequest that can hit the next statement on that backend.
+        if (!(q as { state?: unknown }).state) q.cancel?.();
         reject(databaseUnavailable(`no answer within ${waitMs} ms`));
-      }, waitMs);
+      };
+      let timer = setTimeout(expire, waitMs);
       then(
         (v) => {
           clearTimeout(timer);
@@ -107,10 +156,16 @@ export const DB_BULK_WAIT_MS = 30_000;
 
 const UNBOUNDED = Symbol('unbounded');
 
+const LIVENESS = Symbol('liveness');
+
 /** The same pool with another wait, for the statements known to be long (bulk inserts). */
 export function withWait<S extends object>(sql: S, waitMs: number): S {
-  return bounded((sql as { [UNBOUNDED]?: S })[UNBOUNDED] ?? sql, waitMs);
+  const s = sql as { [UNBOUNDED]?: S; [LIVENESS]?: Liveness };
+  return bounded(s[UNBOUNDED] ?? sql, waitMs, s[LIVENESS]);
 }
+
+/** The liveness of a pool made by bounded(), if it has one. */
+export const livenessOf = (sql: object): Liveness | undefined => (sql as { [LIVENESS]?: Liveness })[LIVENESS];
 
 const isTemplate = (a: unknown): boolean => Array.isArray(a) && Array.isArray((a as unknown as { raw?: unknown }).raw);
 
@@ -118,35 +173,41 @@ const isTemplate = (a: unknown): boolean => Array.isArray(a) && Array.isArray((a
  * The pool (or a transaction's handle) with every awaited statement bounded. A
  * transaction is bounded step by step: BEGIN, each statement, COMMIT.
  */
-export function bounded<S extends object>(sql: S, waitMs = DB_STATEMENT_WAIT_MS): S {
+export function bounded<S extends object>(sql: S, waitMs = DB_STATEMENT_WAIT_MS, live?: Liveness): S {
   return new Proxy(sql, {
     apply(target, self, args) {
       const r = Reflect.apply(target as (...a: unknown[]) => unknown, self, args);
-      return isTemplate(args[0]) ? boundQuery(r as Thenable, waitMs) : r;
+      return isTemplate(args[0]) ? boundQuery(r as Thenable, waitMs, live) : r;
     },
     get(target, prop, receiver) {
       if (prop === UNBOUNDED) return target;
+      if (prop === LIVENESS) return live;
       const v = Reflect.get(target, prop, receiver);
-      if (prop === 'unsafe' && typeof v === 'function') return (...a: unknown[]) => boundQuery(v.apply(target, a) as Thenable, waitMs);
-      if (prop === 'begin' && typeof v === 'function') return (...a: unknown[]) => boundBegin(target, v as (...x: unknown[]) => Promise<unknown>, a, waitMs);
+      if (prop === 'unsafe' && typeof v === 'function') return (...a: unknown[]) => boundQuery(v.apply(target, a) as Thenable, waitMs, live);
+      if (prop === 'begin' && typeof v === 'function') return (...a: unknown[]) => boundBegin(target, v as (...x: unknown[]) => Promise<unknown>, a, waitMs, live);
       return v;
     },
   });
 }
 
-function boundBegin(target: object, begin: (...x: unknown[]) => Promise<unknown>, args: unknown[], waitMs: number): Promise<unknown> {
+function boundBegin(target: object, begin: (...x: unknown[]) => Promise<unknown>, args: unknown[], waitMs: number, live: Liveness | undefined): Promise<unknown> {
   const fn = args[args.length - 1] as (tx: object) => unknown;
   return new Promise((resolve, reject) => {
-    const arm = (step: string) =>
+    const arm = (step: string): NodeJS.Timeout =>
       setTimeout(() => {
+        if (live?.alive()) {
+          timer = arm(step);
+          return;
+        }
         unavailableTotal.inc({ reason: 'timeout' });
+        noteOutcome(false);
         reject(databaseUnavailable(`${step} had no answer within ${waitMs} ms`));
       }, waitMs);
     let timer = arm('BEGIN');
     const body = async (tx: object) => {
       clearTimeout(timer);
       try {
-        return await fn(bounded(tx, waitMs));
+        return await fn(bounded(tx, waitMs, live));
       } catch (e) {
         // A statement that had no answer: tell the caller now, not after the ROLLBACK's own wait.
         if (isDatabaseUnavailable(e)) reject(e);

@@ -1,5 +1,5 @@
 import postgres from 'postgres';
-import { bounded } from './bounded.js';
+import { bounded, Liveness } from './bounded.js';
 
 /** Seconds to establish a connection: a stalled server must not hold the pool (see bounded.ts). */
 const CONNECT_TIMEOUT_S = 2;
@@ -9,9 +9,22 @@ const CONNECT_TIMEOUT_S = 2;
 export type Sql = postgres.Sql<{ bigint: number }>;
 export type Tx = postgres.TransactionSql<{ bigint: number }>;
 
-/** The pool, every awaited statement bounded (bounded.ts): a database outage is a fast 503, not a hang. */
+/**
+ * The pool, every awaited statement bounded (bounded.ts): a database outage is a fast
+ * 503, not a hang. A connection of its own probes whether the server answers at all.
+ */
 export function connect(url: string, max: number): Sql {
-  return bounded(rawConnect(url, max));
+  const pool = rawConnect(url, max);
+  const probe = rawConnect(url, 1);
+  const live = new Liveness(() => probe`SELECT 1`);
+  const end = pool.end.bind(pool);
+  // Closing the pool closes its probe too.
+  (pool as { end: Sql['end'] }).end = async (opts) => {
+    live.stop();
+    await probe.end({ timeout: 0 });
+    return end(opts);
+  };
+  return bounded(pool, undefined, live);
 }
 
 function rawConnect(url: string, max: number): Sql {

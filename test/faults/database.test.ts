@@ -6,9 +6,10 @@ import { embeddedPostgresPids, fundedKey, startDaemon, stopDaemon, type Started 
 // inference from its caches, and restarts an embedded server that died.
 
 const CHAT = 'cloudgate/random-llama-chat';
-// Statements wait 2 s (src/db/bounded.ts), /readyz 0.8 s; the bounds leave a loaded CI machine room.
+// Statements wait 2 s (src/db/bounded.ts); /readyz turns 503 ~0.75-1 s after the database goes
+// silent (its liveness probe); the bounds leave a loaded CI machine room.
 const PLATFORM_WAIT_MS_BOUND = 4_000;
-const READY_WAIT_MS_BOUND = 1_500;
+const READY_WAIT_MS_BOUND = 2_000;
 // Measured at ~1 s (backoff 0.5 s + start); the probe saw it never happen.
 const RESTART_WAIT_MS_MAX = 40_000;
 
@@ -44,15 +45,21 @@ describe('database outage', () => {
     expect((await timed(`${d.platformUrl}/api/v1/billing/wallet`, key)).status).toBe(200);
     const pids = postgresPids();
     for (const p of pids) process.kill(p, 'SIGSTOP');
+    const stoppedAt = performance.now();
     try {
+      const readyWhen = (async () => {
+        let r = await timed(`${d.platformUrl}/readyz`);
+        while (r.status === 200 && performance.now() - stoppedAt < 10_000) r = await timed(`${d.platformUrl}/readyz`);
+        return { status: r.status, afterMs: performance.now() - stoppedAt, ms: r.ms };
+      })();
       const [ready, wallet, health, inference] = await Promise.all([
-        timed(`${d.platformUrl}/readyz`),
+        readyWhen,
         timed(`${d.platformUrl}/api/v1/billing/wallet`, key),
         timed(`${d.platformUrl}/healthz`),
         chat(),
       ]);
       expect(ready.status).toBe(503);
-      expect(ready.ms).toBeLessThan(READY_WAIT_MS_BOUND);
+      expect(ready.afterMs).toBeLessThan(READY_WAIT_MS_BOUND);
       expect(wallet.status).toBe(503);
       expect(wallet.retryAfter).not.toBeNull();
       expect(wallet.ms).toBeLessThan(PLATFORM_WAIT_MS_BOUND);
@@ -74,14 +81,14 @@ describe('database outage', () => {
     // Either it already came back or the request was refused fast: never a 500, never a hang.
     expect([200, 503]).toContain(during.status);
     expect(during.ms).toBeLessThan(PLATFORM_WAIT_MS_BOUND);
+    // Back when the daemon has restarted the server (counted) and the database answers again.
+    const restarted = async () => /cloudgate_db_embedded_restarts_total\{outcome="restarted"\} 1/.test(await (await fetch(`${d.platformUrl}/metrics`)).text());
     const until = Date.now() + RESTART_WAIT_MS_MAX;
     let ready = 0;
-    while ((ready = (await timed(`${d.platformUrl}/readyz`)).status) !== 200 && Date.now() < until) await new Promise((r) => setTimeout(r, 200));
+    while (!((await restarted()) && (ready = (await timed(`${d.platformUrl}/readyz`)).status) === 200) && Date.now() < until) await new Promise((r) => setTimeout(r, 200));
     expect(ready).toBe(200);
     expect((await timed(`${d.platformUrl}/api/v1/billing/wallet`, key)).status).toBe(200);
     expect((await chat()).status).toBe(200);
-    const metrics = await (await fetch(`${d.platformUrl}/metrics`)).text();
-    expect(metrics).toMatch(/cloudgate_db_embedded_restarts_total\{outcome="restarted"\} 1/);
     expect((await timed(`${d.platformUrl}/healthz`)).status).toBe(200);
   }, 60_000);
 });
