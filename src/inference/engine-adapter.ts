@@ -8,5 +8,6 @@ export function createEngine(c: Config): Promise<Engine> {
     executionProvider: c.EXECUTION_PROVIDER,
     strict: c.EXECUTION_PROVIDER_STRICT,
     intraOpThreads: c.ORT_INTRA_OP_THREADS,
+    dtype: c.MODEL_DTYPE,
   });
 }
