@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import * as ort from 'onnxruntime-node';
 import { prepareLlama2c } from '../convert/convert.js';
 import { findStories260k } from '../convert/default-models.js';
 import { writeModelDir } from '../convert/model-config.js';
@@ -46,6 +47,16 @@ describe.skipIf(!stories)('stories260K as f32, int8 and int4 in one folder', () 
     const size = (f: string) => fs.statSync(path.join(dir, 'chat', f)).size;
     expect(size('model_q4.onnx')).toBeLessThan(size('model_int8.onnx'));
     expect(size('model_int8.onnx')).toBeLessThan(size('model.onnx') * 0.6);
+  });
+
+  it('the branch graph of every variant loads in onnxruntime with its shared-prefix inputs and quantized matrices', async () => {
+    for (const [f, quantized] of [['branch.onnx', false], ['branch_int8.onnx', true], ['branch_q4.onnx', true]] as const) {
+      const file = path.join(dir, 'evaluation', f);
+      const s = await ort.InferenceSession.create(file);
+      expect(s.inputNames).toContain('prefix_key_values.0.key');
+      await s.release();
+      expect(fs.readFileSync(file).includes(Buffer.from('MatMulNBits'))).toBe(quantized);
+    }
   });
 
   it('MODEL_DTYPE serves each variant: greedy text and evaluation answers stay near f32 (measured: models/README.md)', async () => {
