@@ -4,7 +4,8 @@ import { benchKey, fmt, machine } from './lib.js';
 // Evaluation latency: 1, 8 and 64 questions against one state of about 400
 // tokens in one request, and 64 concurrent single-question requests on it.
 // usage.inputTokens shows the state is processed once per request.
-// Usage: node dist/bench/evaluation.js [--model ID] [--models-dir DIR]
+// Usage: node dist/bench/evaluation.js [--model ID] [--models-dir DIR] [--dtype q4]
+// (--dtype: the weight variant, MODEL_DTYPE, where the model's folder holds it)
 
 const args = new Map<string, string>();
 for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
@@ -26,6 +27,7 @@ const questions = (n: number) =>
 async function main() {
   const env: Record<string, string> = {};
   if (args.get('models-dir')) env.MODELS_DIR = args.get('models-dir')!;
+  if (args.get('dtype')) env.MODEL_DTYPE = args.get('dtype')!;
   const d = await startDaemon(env);
   try {
     const key = await benchKey(d, ['inference:use'], 1_000_000_000);
@@ -42,7 +44,7 @@ async function main() {
     };
     const state = STATE.repeat(2);
     await ask(state, 4); // warm-up
-    console.log(`machine: ${machine()}\nmodel: ${model}`);
+    console.log(`machine: ${machine()}\nmodel: ${model}${args.get('dtype') ? ` (MODEL_DTYPE ${args.get('dtype')})` : ''}`);
     const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
     const results: Record<number, number> = {};
     for (const n of [1, 8, 64]) {

@@ -4,10 +4,13 @@ import path from 'node:path';
 import ort from 'onnxruntime-node';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
 import { benchKey, fmt, machine } from './lib.js';
+import { MODEL_DTYPES, modelFileOf, type ModelDtype } from '../src/inference/convert/model-config.js';
+import { pickVariant } from '../src/inference/runtime/engine.js';
 
 // Chat throughput through the daemon: N concurrent streams, aggregate
 // completion tokens per second and time to first token, over SSE as a client
 // sees them. Usage: node dist/bench/inference.js [--model ID] [--models-dir DIR] [--tokens 64] [--streams 1,4,16,64] [--seconds 8] [--raw-seconds 4] [--json-schema story]
+// [--dtype q4]: the weight variant (MODEL_DTYPE), where the model's folder holds it; else its cloudgate.json's.
 
 const args = new Map<string, string>();
 for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
@@ -16,6 +19,8 @@ const maxTokens = Number(args.get('tokens') ?? 64);
 const streams = (args.get('streams') ?? '1,4,16,64').split(',').map(Number);
 const seconds = Number(args.get('seconds') ?? 8);
 const rawSeconds = Number(args.get('raw-seconds') ?? 4);
+const dtype = args.get('dtype') as ModelDtype | undefined;
+if (dtype && !MODEL_DTYPES.includes(dtype)) throw new Error(`--dtype: one of ${MODEL_DTYPES.join(', ')}`);
 // --json-schema story: every request asks for structured output (a one-string object, so the
 // text runs to max_tokens as plain requests do), to measure what the grammar mask costs.
 const STRUCTURED = { story: { type: 'json_schema', json_schema: { name: 'story', schema: { type: 'object', properties: { story: { type: 'string', maxLength: 1000 } }, required: ['story'], additionalProperties: false } } } };
@@ -122,7 +127,7 @@ async function rawLoop(modelFile: string, B: number, prompt: number, steps: numb
 
 async function main() {
   const modelsDir = path.resolve(args.get('models-dir') ?? path.join(repoRoot, 'models'));
-  const env: Record<string, string> = { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', MODELS_DIR: modelsDir };
+  const env: Record<string, string> = { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', MODELS_DIR: modelsDir, ...(dtype ? { MODEL_DTYPE: dtype } : {}) };
   const d = await startDaemon(env);
   try {
     const key = await benchKey(d, ['inference:use'], 1_000_000_000);
@@ -134,6 +139,9 @@ async function main() {
       return fs.existsSync(c) && JSON.parse(fs.readFileSync(c, 'utf8')).id === model;
     });
     if (!modelDir) throw new Error(`model ${model} not found in ${modelsDir}`);
+    // the raw loop runs the very file the daemon serves
+    const served = pickVariant(modelDir, JSON.parse(fs.readFileSync(path.join(modelDir, 'cloudgate.json'), 'utf8')).dtype ?? 'fp32', dtype);
+    console.log(`weights: ${modelFileOf(served)}`);
     const stream1 = { rate: 0 };
     // Each of N clients sends its next request as soon as its last one ends, for
     // `seconds`: the steady state a load test sees, not the ragged start and
@@ -155,7 +163,7 @@ async function main() {
         }),
       );
       const rate = tokens / ((performance.now() - t0) / 1000);
-      const raw = await rawLoop(path.join(modelDir, 'model.onnx'), n, promptTokens, maxTokens, rawSeconds);
+      const raw = await rawLoop(path.join(modelDir, modelFileOf(served)), n, promptTokens, maxTokens, rawSeconds);
       if (n === 1) stream1.rate = rate;
       console.log(
         `streams ${String(n).padStart(2)}: daemon ${fmt(rate)} tokens/s (${ttfts.length} requests) | raw loop batch ${n}: ${fmt(raw.withPrefill)} tokens/s ` +

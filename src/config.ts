@@ -1,6 +1,7 @@
 import path from 'node:path';
 import { z } from 'zod';
 import { parseCorsOrigins } from './http/cors.js';
+import { MODEL_DTYPES } from './inference/convert/model-config.js';
 
 // Every setting of the daemon, read from the environment once at start and
 // validated here. A bad value stops the start with a message naming the
@@ -62,6 +63,9 @@ const envSchema = z.object({
   // Inference engine.
   EXECUTION_PROVIDER: z.enum(['cpu', 'webgpu', 'cuda']).default('cpu'),
   EXECUTION_PROVIDER_STRICT: bool.default(false),
+  // The weight variant every model folder that holds it serves (model_q4.onnx for q4, ...), over its
+  // cloudgate.json `dtype`; a folder without that file serves its own choice (models/README.md).
+  MODEL_DTYPE: z.enum(MODEL_DTYPES).optional(),
   // One intra-op thread per session: the HTTP thread needs the other core on a 2-core machine.
   ORT_INTRA_OP_THREADS: int(1, 256).default(1),
   // Default rate limits per API key and model (0 = unlimited); per-key overrides are set on the key.

@@ -9,5 +9,6 @@ export function createEngine(c: Config): Promise<Engine> {
     strict: c.EXECUTION_PROVIDER_STRICT,
     intraOpThreads: c.ORT_INTRA_OP_THREADS,
     options: { admissionWaitMsMax: c.ADMISSION_WAIT_MS_MAX },
+    dtype: c.MODEL_DTYPE,
   });
 }

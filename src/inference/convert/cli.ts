@@ -3,18 +3,22 @@
 //   node dist/src/inference/convert/cli.js generate <out-dir> [--dim 512 --layers 8 --heads 8 --kv-heads 8 --hidden 1376
 //        --vocab 8192 --seq-len 1024 --seed 1] [--tokenizer tok.bin] [--id ID] [--kind chat|evaluation] [options]
 // options: --context N --max-tokens-default N --max-tokens-cap N --price-in X --price-out X --owned-by S --created UNIX
+//          --weights f32|f16|int8|int4[,...]  (weight variants to write; the first is served, see models/README.md)
 import fs from 'node:fs';
 import path from 'node:path';
 import { generateModel, convertLlama2c, type ModelMeta } from './convert.js';
 import type { GenerateParams } from './generate.js';
 import type { ModelKind } from './model-config.js';
+import { WEIGHT_FORMATS, type WeightFormat } from './onnx-linear.js';
 
 const USAGE = `usage:
   cli.js <checkpoint.bin> <tokenizer.bin> <out-dir> [--id ID] [--kind chat|evaluation]
   cli.js generate <out-dir> [--dim N] [--hidden N] [--layers N] [--heads N] [--kv-heads N]
          [--vocab N] [--seq-len N] [--seed N] [--std X] [--tokenizer tokenizer.bin] [--id ID] [--kind chat|evaluation]
 common options: --context N --max-tokens-default N --max-tokens-cap N --price-in X --price-out X
-                --owned-by NAME --created UNIX_SECONDS`;
+                --owned-by NAME --created UNIX_SECONDS
+                --weights f32|f16|int8|int4[,...]   weight variants (model.onnx, model_fp16.onnx, model_int8.onnx,
+                                                    model_q4.onnx); the first listed is the one served`;
 
 type Flags = Map<string, string>;
 
@@ -77,6 +81,12 @@ function meta(flags: Flags, outDir: string): ModelMeta {
     ownedBy: str(flags, 'owned-by'),
     created: optNum(flags, 'created'),
   };
+  const weights = str(flags, 'weights');
+  if (weights !== undefined) {
+    const list = weights.split(',').map((x) => x.trim());
+    for (const w of list) if (!(WEIGHT_FORMATS as readonly string[]).includes(w)) throw new Error(`--weights: ${w} is not one of ${WEIGHT_FORMATS.join(', ')}`);
+    m.weights = list as WeightFormat[];
+  }
   if (priceIn !== undefined || priceOut !== undefined) {
     m.prices = { inputPerMTok: priceIn ?? 0, outputPerMTok: priceOut ?? 0 };
   }
@@ -110,7 +120,7 @@ function main(argv: string[]): void {
     done(flags);
     const c = generateModel(params, outDir, m, tokPath ? fs.readFileSync(tokPath) : undefined);
     const nParams = countParams(params);
-    console.log(`generated ${c.cloudgate.id} (${c.cloudgate.kind}, ${(nParams / 1e6).toFixed(2)}M parameters) in ${outDir} in ${Date.now() - t0} ms`);
+    console.log(`generated ${c.cloudgate.id} (${c.cloudgate.kind}, ${(nParams / 1e6).toFixed(2)}M parameters, ${variants(c)}) in ${outDir} in ${Date.now() - t0} ms`);
     return;
   }
   const [ckPath, tokPath, outDir] = positional;
@@ -118,7 +128,11 @@ function main(argv: string[]): void {
   const m = meta(flags, outDir);
   done(flags);
   const c = convertLlama2c(fs.readFileSync(ckPath), fs.readFileSync(tokPath), outDir, m);
-  console.log(`converted ${ckPath} -> ${outDir} as ${c.cloudgate.id} (${c.cloudgate.kind}) in ${Date.now() - t0} ms`);
+  console.log(`converted ${ckPath} -> ${outDir} as ${c.cloudgate.id} (${c.cloudgate.kind}, ${variants(c)}) in ${Date.now() - t0} ms`);
+}
+
+function variants(c: ReturnType<typeof convertLlama2c>): string {
+  return c.onnx.map((v) => `${v.dtype} ${(v.model.byteLength / 1e6).toFixed(1)} MB`).join(', ');
 }
 
 function countParams(p: GenerateParams): number {

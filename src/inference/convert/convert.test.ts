@@ -384,9 +384,9 @@ describe('seeded random-weight generator (always runs)', () => {
     const a = prepareGenerated(params, meta);
     const b = prepareGenerated(params, meta);
     const c = prepareGenerated({ ...params, seed: 2 }, meta);
-    expect(Buffer.from(a.onnx.model).equals(Buffer.from(b.onnx.model))).toBe(true);
+    expect(Buffer.from(a.onnx[0]!.model).equals(Buffer.from(b.onnx[0]!.model))).toBe(true);
     expect(JSON.stringify(a.tokenizerJson)).toBe(JSON.stringify(b.tokenizerJson));
-    expect(Buffer.from(a.onnx.model).equals(Buffer.from(c.onnx.model))).toBe(false);
+    expect(Buffer.from(a.onnx[0]!.model).equals(Buffer.from(c.onnx[0]!.model))).toBe(false);
   });
 
   it('checkpoint round-trips through the llama2.c layout', () => {

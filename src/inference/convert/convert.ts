@@ -3,9 +3,10 @@
 import crypto from 'node:crypto';
 import { parseCheckpoint, parseTokenizerBin, type LlamaCheckpoint } from './llama2c.js';
 import { buildLlamaOnnx } from './onnx-writer.js';
+import type { WeightFormat } from './onnx-linear.js';
 import { buildHfTokenizer, type PieceVocab } from './tokenizer.js';
 import { buildByteVocab, generateCheckpoint, type GenerateParams } from './generate.js';
-import { writeModelDir, type CloudgateModelConfig, type ModelDirContents, type ModelKind } from './model-config.js';
+import { FORMAT_DTYPE, writeModelDir, type CloudgateModelConfig, type ModelDirContents, type ModelKind, type OnnxVariant } from './model-config.js';
 
 /** Bump when the ONNX layout or tokenizer output changes, so default models get rebuilt. */
 export const CONVERTER_VERSION = 'cloudgate-convert/2';
@@ -26,6 +27,8 @@ export interface ModelMeta {
   ownedBy?: string;
   created?: number;
   chatTemplate?: string;
+  /** weight variants to write (default f32 only); the first is the one cloudgate.json serves */
+  weights?: WeightFormat[];
 }
 
 export function defaultPrices(kind: ModelKind): { inputPerMTok: number; outputPerMTok: number } {
@@ -44,6 +47,7 @@ function cloudgateConfig(meta: ModelMeta, seqLen: number): CloudgateModelConfig 
     prices: meta.prices ?? defaultPrices(meta.kind),
     ownedBy: meta.ownedBy ?? 'cloudgate',
     created: meta.created ?? Math.floor(Date.now() / 1000),
+    ...(meta.weights?.length ? { dtype: FORMAT_DTYPE[meta.weights[0]!] } : {}),
   };
 }
 
@@ -65,15 +69,21 @@ export function buildModelDirContents(ck: LlamaCheckpoint, vocab: PieceVocab, me
     throw new Error(`contextLength ${cg.contextLength} exceeds the model's max sequence ${ck.config.seqLen}`);
   }
   const tok = buildHfTokenizer(vocab, { modelMaxLength: ck.config.seqLen, chatTemplate: meta.chatTemplate });
-  const weightBytes = estimateWeightBytes(ck);
-  const external = weightBytes > EXTERNAL_DATA_THRESHOLD_BYTES;
-  const writeOpts = external ? { externalDataFile: 'model.onnx.data' } : {};
-  const onnx = buildLlamaOnnx(ck, writeOpts);
-  // Evaluation models also get the shared-prefix graph for question branches; it reads the same weights file.
-  const branch = meta.kind === 'evaluation' ? buildLlamaOnnx(ck, { ...writeOpts, sharedPrefix: true }) : undefined;
-  if (branch?.data && !Buffer.from(branch.data).equals(Buffer.from(onnx.data!))) throw new Error('branch graph weights differ from the model graph weights');
+  const formats = meta.weights?.length ? meta.weights : (['f32'] as WeightFormat[]);
+  if (new Set(formats).size !== formats.length) throw new Error(`weights: ${formats.join(',')} names a format twice`);
+  const variants = formats.map((weights): OnnxVariant => {
+    const dtype = FORMAT_DTYPE[weights];
+    const dataFileName = `${dtype === 'fp32' ? 'model' : `model_${dtype}`}.onnx.data`;
+    const external = estimateWeightBytes(ck) > EXTERNAL_DATA_THRESHOLD_BYTES;
+    const writeOpts = { weights, ...(external ? { externalDataFile: dataFileName } : {}) };
+    const onnx = buildLlamaOnnx(ck, writeOpts);
+    // Evaluation models also get the shared-prefix graph for question branches, in every variant; it reads the same weights file.
+    const branch = meta.kind === 'evaluation' ? buildLlamaOnnx(ck, { ...writeOpts, sharedPrefix: true }) : undefined;
+    if (branch?.data && !Buffer.from(branch.data).equals(Buffer.from(onnx.data!))) throw new Error('branch graph weights differ from the model graph weights');
+    return { dtype, ...onnx, dataFileName, branch: branch?.model };
+  });
   return {
-    onnx: { ...onnx, dataFileName: 'model.onnx.data', branch: branch?.model },
+    onnx: variants,
     tokenizerJson: tok.tokenizerJson,
     tokenizerConfig: tok.tokenizerConfig,
     cloudgate: cg,

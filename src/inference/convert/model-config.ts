@@ -1,17 +1,46 @@
 // The per-model folder layout: model.onnx (+ model.onnx.data when weights are
-// external), tokenizer.json, tokenizer_config.json, config.json (HF-style
-// architecture summary) and cloudgate.json (serving metadata), plus
-// source.json recording what the folder was built from (for idempotent rebuilds).
+// external) and its weight variants (model_q4.onnx, ...), tokenizer.json,
+// tokenizer_config.json, config.json (HF-style architecture summary) and
+// cloudgate.json (serving metadata), plus source.json recording what the
+// folder was built from (for idempotent rebuilds).
 import fs from 'node:fs';
 import path from 'node:path';
 import type { ServedModel } from '../engine-api.js';
 import type { LlamaConfig } from './llama2c.js';
+import type { WeightFormat } from './onnx-linear.js';
 
 export type ModelKind = ServedModel['kind'];
 
-/** cloudgate.json: what the engine serves the model as (`created` in unix seconds). */
+/**
+ * Weight variants of one model in a folder, named as the Hugging Face
+ * onnx-community repositories name them (transformers.js's `dtype`):
+ * model{suffix}.onnx, and branch{suffix}.onnx for the evaluation branch graph.
+ */
+export const DTYPE_SUFFIXES = {
+  fp32: '',
+  fp16: '_fp16',
+  int8: '_int8',
+  uint8: '_uint8',
+  q8: '_quantized',
+  q4: '_q4',
+  q4f16: '_q4f16',
+  bnb4: '_bnb4',
+} as const;
+export type ModelDtype = keyof typeof DTYPE_SUFFIXES;
+export const MODEL_DTYPES = Object.keys(DTYPE_SUFFIXES) as [ModelDtype, ...ModelDtype[]];
+
+export const modelFileOf = (dtype: ModelDtype): string => `model${DTYPE_SUFFIXES[dtype]}.onnx`;
+export const branchFileOf = (dtype: ModelDtype): string => `branch${DTYPE_SUFFIXES[dtype]}.onnx`;
+
+/** The variant each of the converter's `--weights` formats is written as. */
+export const FORMAT_DTYPE: Record<WeightFormat, ModelDtype> = { f32: 'fp32', f16: 'fp16', int8: 'int8', int4: 'q4' };
+
+/**
+ * cloudgate.json: what the engine serves the model as (`created` in unix
+ * seconds); `dtype` picks the weight variant (default fp32: model.onnx).
+ */
 // The vocabulary size is read from the graph at load, not written in cloudgate.json.
-export type CloudgateModelConfig = Omit<ServedModel, 'vocabSize' | 'structuredOutput' | 'charsPerTokenMax'>;
+export type CloudgateModelConfig = Omit<ServedModel, 'vocabSize' | 'structuredOutput' | 'charsPerTokenMax'> & { dtype?: ModelDtype };
 
 export interface SourceRecord {
   /** sha256 over the converter version, inputs and options */
@@ -19,14 +48,24 @@ export interface SourceRecord {
   description: string;
 }
 
-export const MODEL_FILES = ['model.onnx', 'tokenizer.json', 'tokenizer_config.json', 'config.json', 'cloudgate.json'] as const;
+export const MODEL_FILES = ['tokenizer.json', 'tokenizer_config.json', 'config.json', 'cloudgate.json'] as const;
 export const SOURCE_FILE = 'source.json';
 /** The shared-prefix graph evaluation models score question branches with (see onnx-writer.ts). */
 export const BRANCH_FILE = 'branch.onnx';
 
+/** One weight variant: model{suffix}.onnx (+ external data), and branch{suffix}.onnx for evaluation models. */
+export interface OnnxVariant {
+  dtype: ModelDtype;
+  model: Uint8Array;
+  data?: Uint8Array;
+  dataFileName?: string;
+  /** evaluation models' shared-prefix graph, reading the same weights file */
+  branch?: Uint8Array;
+}
+
 export interface ModelDirContents {
-  /** `branch`: evaluation models' shared-prefix graph (branch.onnx), reading the same weights file. */
-  onnx: { model: Uint8Array; data?: Uint8Array; dataFileName?: string; branch?: Uint8Array };
+  /** every weight variant written; cloudgate.json's `dtype` says which one is served */
+  onnx: OnnxVariant[];
   tokenizerJson: unknown;
   tokenizerConfig: unknown;
   cloudgate: CloudgateModelConfig;
@@ -62,6 +101,7 @@ export function validateModelConfig(c: CloudgateModelConfig): void {
     throw new Error(`cloudgate.json: ${m}`);
   };
   if (!c.id || typeof c.id !== 'string') bad('id must be a non-empty string');
+  if (c.dtype !== undefined && !(c.dtype in DTYPE_SUFFIXES)) bad(`dtype must be one of ${MODEL_DTYPES.join(', ')}, got ${String(c.dtype)}`);
   if (c.kind !== 'chat' && c.kind !== 'evaluation') bad(`kind must be chat or evaluation, got ${String(c.kind)}`);
   for (const k of ['contextLength', 'maxTokensDefault', 'maxTokensCap', 'created'] as const) {
     if (!Number.isInteger(c[k]) || c[k] < 0) bad(`${k} must be a non-negative integer`);
@@ -83,12 +123,19 @@ export function writeModelDir(outDir: string, c: ModelDirContents): void {
   validateModelConfig(c.cloudgate);
   fs.mkdirSync(outDir, { recursive: true });
   fs.rmSync(path.join(outDir, SOURCE_FILE), { force: true });
-  writeAtomic(path.join(outDir, 'model.onnx'), c.onnx.model);
-  const dataName = c.onnx.dataFileName ?? 'model.onnx.data';
-  if (c.onnx.data) writeAtomic(path.join(outDir, dataName), c.onnx.data);
-  else fs.rmSync(path.join(outDir, dataName), { force: true });
-  if (c.onnx.branch) writeAtomic(path.join(outDir, BRANCH_FILE), c.onnx.branch);
-  else fs.rmSync(path.join(outDir, BRANCH_FILE), { force: true });
+  // The converter's own variants not written this time go, so no stale weights are served beside new ones.
+  for (const dtype of Object.values(FORMAT_DTYPE)) {
+    if (c.onnx.some((v) => v.dtype === dtype)) continue;
+    for (const f of [modelFileOf(dtype), `${modelFileOf(dtype)}.data`, branchFileOf(dtype)]) fs.rmSync(path.join(outDir, f), { force: true });
+  }
+  for (const v of c.onnx) {
+    writeAtomic(path.join(outDir, modelFileOf(v.dtype)), v.model);
+    const dataName = v.dataFileName ?? `${modelFileOf(v.dtype)}.data`;
+    if (v.data) writeAtomic(path.join(outDir, dataName), v.data);
+    else fs.rmSync(path.join(outDir, dataName), { force: true });
+    if (v.branch) writeAtomic(path.join(outDir, branchFileOf(v.dtype)), v.branch);
+    else fs.rmSync(path.join(outDir, branchFileOf(v.dtype)), { force: true });
+  }
   // compact tokenizer.json (vocab/merges make it long)
   writeAtomic(path.join(outDir, 'tokenizer.json'), JSON.stringify(c.tokenizerJson));
   writeAtomic(path.join(outDir, 'tokenizer_config.json'), json(c.tokenizerConfig));
@@ -97,12 +144,14 @@ export function writeModelDir(outDir: string, c: ModelDirContents): void {
   if (c.source) writeAtomic(path.join(outDir, SOURCE_FILE), json(c.source));
 }
 
-/** True when every model file exists and source.json records `sourceHash`. */
+/** True when every model file (the served variant's included) exists and source.json records `sourceHash`. */
 export function modelDirIsCurrent(dir: string, sourceHash: string): boolean {
   try {
     for (const f of MODEL_FILES) if (!fs.statSync(path.join(dir, f)).isFile()) return false;
-    const kind = (JSON.parse(fs.readFileSync(path.join(dir, 'cloudgate.json'), 'utf8')) as Partial<CloudgateModelConfig>).kind;
-    if (kind === 'evaluation' && !fs.statSync(path.join(dir, BRANCH_FILE)).isFile()) return false;
+    const cg = JSON.parse(fs.readFileSync(path.join(dir, 'cloudgate.json'), 'utf8')) as Partial<CloudgateModelConfig>;
+    const dtype = cg.dtype ?? 'fp32';
+    if (!fs.statSync(path.join(dir, modelFileOf(dtype))).isFile()) return false;
+    if (cg.kind === 'evaluation' && !fs.statSync(path.join(dir, branchFileOf(dtype))).isFile()) return false;
     const rec = JSON.parse(fs.readFileSync(path.join(dir, SOURCE_FILE), 'utf8')) as Partial<SourceRecord>;
     return rec.sourceHash === sourceHash;
   } catch {

@@ -3,13 +3,18 @@ import onnxProto from 'onnx-proto';
 import type { onnx as P } from 'onnx-proto';
 
 export const onnx = onnxProto.onnx;
-export type DType = 'float32' | 'int64' | 'bool';
+export type DType = 'float32' | 'float16' | 'uint8' | 'int64' | 'bool';
 
 const DTYPE: Record<DType, number> = {
   float32: onnx.TensorProto.DataType.FLOAT,
+  float16: onnx.TensorProto.DataType.FLOAT16,
+  uint8: onnx.TensorProto.DataType.UINT8,
   int64: onnx.TensorProto.DataType.INT64,
   bool: onnx.TensorProto.DataType.BOOL,
 };
+
+/** onnxruntime's contrib operators (MatMulNBits) live in this domain, version 1. */
+export const MS_DOMAIN = 'com.microsoft';
 
 export type Dim = number | string;
 export type AttrValue = number | number[] | string | { float: number } | { floats: number[] };
@@ -21,7 +26,9 @@ interface Initializer {
   bytes: Uint8Array;
 }
 
-function bytesOf(data: Float32Array | BigInt64Array | Uint8Array): Uint8Array {
+type InitData = Float32Array | BigInt64Array | Uint8Array | Uint16Array;
+
+function bytesOf(data: InitData): Uint8Array {
   return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
 }
 
@@ -47,7 +54,8 @@ export class GraphBuilder {
   }
 
   /** Add a weight / table initializer. */
-  init(name: string, dims: number[], data: Float32Array | BigInt64Array | Uint8Array, dtype: DType = 'float32'): string {
+  /** float16 data comes as the half-precision bits in a Uint16Array. */
+  init(name: string, dims: number[], data: InitData, dtype: DType = 'float32'): string {
     const n = dims.reduce((a, b) => a * b, 1);
     const elems = dtype === 'bool' ? data.byteLength : data.length;
     if (n !== elems) throw new Error(`initializer ${name}: dims ${dims} hold ${n} values, data has ${elems}`);
@@ -78,11 +86,16 @@ export class GraphBuilder {
     return nm;
   }
 
+  private usesMsDomain = false;
+
   /** Append a node; returns its output names. */
-  op(opType: string, inputs: string[], attrs: Record<string, AttrValue> = {}, outputs: number | string[] = 1, name?: string): string[] {
+  op(opType: string, inputs: string[], attrs: Record<string, AttrValue> = {}, outputs: number | string[] = 1, name?: string, domain?: string): string[] {
     const outs = typeof outputs === 'number' ? Array.from({ length: outputs }, () => this.fresh(opType.toLowerCase())) : outputs;
+    if (domain === MS_DOMAIN) this.usesMsDomain = true;
+    else if (domain) throw new Error(`op ${opType}: unsupported domain ${domain}`);
     this.nodes.push({
       opType,
+      ...(domain ? { domain } : {}),
       name: name ?? this.fresh(`n_${opType}`),
       input: inputs,
       output: outs,
@@ -96,12 +109,17 @@ export class GraphBuilder {
     return this.op(opType, inputs, attrs, output ? [output] : 1)[0]!;
   }
 
+  /** A single-output onnxruntime contrib op (com.microsoft domain). */
+  msOp1(opType: string, inputs: string[], attrs: Record<string, AttrValue> = {}, output?: string): string {
+    return this.op(opType, inputs, attrs, output ? [output] : 1, undefined, MS_DOMAIN)[0]!;
+  }
+
   totalInitializerBytes(): number {
     return this.initializers.reduce((a, t) => a + t.bytes.byteLength, 0);
   }
 
   /**
-   * Encode to a ModelProto. With `externalDataFile`, float tensors of at least
+   * Encode to a ModelProto. With `externalDataFile`, weight tensors (float, float16, uint8) of at least
    * `externalThreshold` bytes go to that file (returned as `data`), the ONNX
    * external-data layout onnxruntime reads from beside the model.
    */
@@ -120,7 +138,7 @@ export class GraphBuilder {
     const threshold = opts.externalThreshold ?? 1024;
     for (const t of this.initializers) {
       const tp: P.ITensorProto = { name: t.name, dims: t.dims, dataType: DTYPE[t.dtype] };
-      if (opts.externalDataFile && t.dtype === 'float32' && t.bytes.byteLength >= threshold) {
+      if (opts.externalDataFile && t.dtype !== 'int64' && t.dtype !== 'bool' && t.bytes.byteLength >= threshold) {
         const pad = (64 - (dataLen % 64)) % 64; // keep tensors aligned for mmap
         if (pad) {
           dataChunks.push(new Uint8Array(pad));
@@ -151,7 +169,7 @@ export class GraphBuilder {
       producerName: opts.producer,
       producerVersion: '1',
       docString: opts.docString ?? '',
-      opsetImport: [{ domain: '', version: opts.opset }],
+      opsetImport: [{ domain: '', version: opts.opset }, ...(this.usesMsDomain ? [{ domain: MS_DOMAIN, version: 1 }] : [])],
       graph,
       metadataProps: Object.entries(opts.metadata ?? {}).map(([key, value]) => ({ key, value })),
     };

@@ -37,6 +37,7 @@
 //   shared by all layers.
 import { GraphBuilder } from './onnx-graph.js';
 import { attention, packingOf, sharedPrefixAttention } from './onnx-attention.js';
+import { linear, type LinearOptions, type WeightFormat } from './onnx-linear.js';
 import { headSize, kvDim, validateConfig, type LlamaCheckpoint, type LlamaConfig } from './llama2c.js';
 
 export const OPSET = 17;
@@ -69,6 +70,11 @@ export interface OnnxWriteOptions {
    * attention by log-sum-exp (the two softmax halves are exact).
    */
   sharedPrefix?: boolean;
+  /** Weight format of the matrices (onnx-linear.ts); embeddings and norms stay float32. Default f32. */
+  weights?: WeightFormat;
+  /** MatMulNBits accuracy_level / block size overrides, for measuring them (onnx-linear.ts) */
+  accuracyLevel?: number;
+  quantBlock?: number;
 }
 
 const f = Math.fround;
@@ -110,6 +116,7 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
   const L = c.nLayers;
   const maxPos = opts.maxPositions ?? c.seqLen;
   const scale = 1 / Math.sqrt(hd);
+  const lin: LinearOptions = { format: opts.weights ?? 'f32', accuracyLevel: opts.accuracyLevel, block: opts.quantBlock };
 
   const gb = new GraphBuilder();
   const B = 'batch_size';
@@ -271,7 +278,6 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
         }
       }
     }
-    gb.init(`layers.${l}.attn.qkv.weight`, [D, W], wqkv);
     gb.init(`layers.${l}.attn_norm.weight`, [D], w.rmsAtt.slice(l * D, (l + 1) * D));
     // o projection: rows ordered (slot, kv, d) to match the attention output layout
     const woT = new Float32Array(D * D);
@@ -285,15 +291,11 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
         }
       }
     }
-    gb.init(`layers.${l}.attn.o.weight`, [D, D], woT);
     gb.init(`layers.${l}.ffn_norm.weight`, [D], w.rmsFfn.slice(l * D, (l + 1) * D));
-    gb.init(`layers.${l}.ffn.w1.weight`, [D, hidden], transpose(w.w1.subarray(l * hidden * D, (l + 1) * hidden * D), hidden, D));
-    gb.init(`layers.${l}.ffn.w3.weight`, [D, hidden], transpose(w.w3.subarray(l * hidden * D, (l + 1) * hidden * D), hidden, D));
-    gb.init(`layers.${l}.ffn.w2.weight`, [hidden, D], transpose(w.w2.subarray(l * D * hidden, (l + 1) * D * hidden), D, hidden));
 
     // ---- attention ----
     const xn = rmsNorm(x, `layers.${l}.attn_norm.weight`, `layers.${l}.attn_norm`);
-    const proj = gb.op1('MatMul', [xn, `layers.${l}.attn.qkv.weight`]); // [B, S, halves*C]
+    const proj = linear(gb, xn, `layers.${l}.attn.qkv.weight`, wqkv, D, W, lin); // [B, S, halves*C]
     const projHeads = gb.op1('Reshape', [proj, shapeHeads]);
     let rotated: string; // [B, S, slots, KV, hd]
     if (ropeMode === 'folded') {
@@ -307,25 +309,24 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
       ? sharedPrefixAttention(gb, rotated, pastK[l]!, pastV[l]!, { k: prefixK[l]!, v: prefixV[l]!, len: prefixLen }, packing!, l, { g, hd, bias: ownBias, lastOnly: l === L - 1 })
       : attention(gb, rotated, pastK[l]!, pastV[l]!, l, { g, bias });
     const ctxFlat = gb.op1('Reshape', [ctxT, shapeBSD]); // [B, S, D]
-    const attnOut = gb.op1('MatMul', [ctxFlat, `layers.${l}.attn.o.weight`]);
+    const attnOut = linear(gb, ctxFlat, `layers.${l}.attn.o.weight`, woT, D, D, lin);
     // The branch graph's last layer goes on with each row's last position only (it alone is scored).
     if (shared && l === L - 1) x = gb.op1('Slice', [x, gb.i64([-1]), gb.i64([2 ** 62]), gb.i64([1])]); // [B, 1, D]
     x = gb.op1('Add', [x, attnOut], {}, `layers.${l}.attn_residual`);
 
     // ---- SwiGLU feed-forward ----
     const xf = rmsNorm(x, `layers.${l}.ffn_norm.weight`, `layers.${l}.ffn_norm`);
-    const a = gb.op1('MatMul', [xf, `layers.${l}.ffn.w1.weight`]);
-    const b = gb.op1('MatMul', [xf, `layers.${l}.ffn.w3.weight`]);
+    const a = linear(gb, xf, `layers.${l}.ffn.w1.weight`, transpose(w.w1.subarray(l * hidden * D, (l + 1) * hidden * D), hidden, D), D, hidden, lin);
+    const b = linear(gb, xf, `layers.${l}.ffn.w3.weight`, transpose(w.w3.subarray(l * hidden * D, (l + 1) * hidden * D), hidden, D), D, hidden, lin);
     const silu = gb.op1('Mul', [a, gb.op1('Sigmoid', [a])]);
     const gated = gb.op1('Mul', [silu, b]);
-    const down = gb.op1('MatMul', [gated, `layers.${l}.ffn.w2.weight`]);
+    const down = linear(gb, gated, `layers.${l}.ffn.w2.weight`, transpose(w.w2.subarray(l * D * hidden, (l + 1) * D * hidden), D, hidden), hidden, D, lin);
     x = gb.op1('Add', [x, down], {}, `layers.${l}.ffn_residual`);
   }
 
   gb.init('norm.weight', [D], w.rmsFinal.slice());
-  gb.init('lm_head.weight', [D, V], transpose(w.wcls, V, D));
   const xf = rmsNorm(x, 'norm.weight', 'final_norm');
-  gb.op1('MatMul', [xf, 'lm_head.weight'], {}, 'logits');
+  linear(gb, xf, 'lm_head.weight', transpose(w.wcls, V, D), D, V, lin, 'logits');
 
   return gb.encode({
     graphName: 'cloudgate_llama',
@@ -340,6 +341,7 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
       head_dim: String(hd),
       hidden_size: String(D),
       cloudgate_rope: `interleaved-${ropeMode}`,
+      cloudgate_weights: lin.format,
       vocab_size: String(V),
       max_position_embeddings: String(maxPos),
       ...opts.metadata,

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
 import { log } from '../../log.js';
-import { BRANCH_FILE } from '../convert/model-config.js';
+import { branchFileOf, MODEL_DTYPES, modelFileOf, type ModelDtype } from '../convert/model-config.js';
 import type { BranchSpec, ChatMessage, GenerateEvent, GenerateRequest, ServedModel } from '../engine-api.js';
 import type { InferenceEngine } from '../routes.js';
 import { defaultEngineOptions, type EngineOptions } from './options.js';
@@ -22,6 +22,7 @@ const ModelConfig = z.object({
   prices: z.object({ inputPerMTok: z.number().min(0), outputPerMTok: z.number().min(0) }),
   ownedBy: z.string().default('cloudgate'),
   created: z.number().int().default(0),
+  dtype: z.enum(MODEL_DTYPES).default('fp32'),
 });
 
 interface Loaded {
@@ -36,7 +37,19 @@ export interface EngineConfig {
   executionProvider: 'cpu' | 'webgpu' | 'cuda';
   strict: boolean;
   intraOpThreads: number;
+  /** MODEL_DTYPE: the weight variant served by every folder that holds it, over cloudgate.json's `dtype` */
+  dtype?: ModelDtype;
   options?: Partial<EngineOptions>;
+}
+
+/** The weight variant a folder serves: the daemon-wide choice where the folder has it, else its cloudgate.json's. */
+export function pickVariant(dir: string, own: ModelDtype, daemonWide?: ModelDtype): ModelDtype {
+  if (daemonWide && daemonWide !== own) {
+    if (fs.existsSync(path.join(dir, modelFileOf(daemonWide)))) return daemonWide;
+    log.warn({ dir, dtype: daemonWide, serving: own }, `MODEL_DTYPE=${daemonWide}: no ${modelFileOf(daemonWide)} in this folder`);
+  }
+  if (!fs.existsSync(path.join(dir, modelFileOf(own)))) throw new Error(`cloudgate.json dtype ${own}: ${modelFileOf(own)} is missing`);
+  return own;
 }
 
 export class Engine implements InferenceEngine {
@@ -54,11 +67,12 @@ export class Engine implements InferenceEngine {
         const c = ModelConfig.parse(JSON.parse(fs.readFileSync(cfgFile, 'utf8')));
         if (models.has(c.id)) throw new Error(`duplicate model id ${c.id}`);
         const text = new ModelText(dir);
-        const branchPath = path.join(dir, BRANCH_FILE);
+        const dtype = pickVariant(dir, c.dtype, cfg.dtype);
+        const branchPath = path.join(dir, branchFileOf(dtype));
         const tokenTexts = text.tokenTexts();
         const runner = await Runner.start({
           tokenTexts,
-          modelPath: path.join(dir, 'model.onnx'),
+          modelPath: path.join(dir, modelFileOf(dtype)),
           branchModelPath: c.kind === 'evaluation' && fs.existsSync(branchPath) ? branchPath : undefined,
           executionProvider: cfg.executionProvider,
           strict: cfg.strict,
@@ -78,7 +92,7 @@ export class Engine implements InferenceEngine {
           created: c.created,
         };
         models.set(c.id, { info, text, runner, scheduler: new Scheduler(c.id, runner, text, opts, c.contextLength) });
-        log.info({ model: c.id, kind: c.kind, provider: runner.arch.provider, arch: runner.arch }, 'model loaded');
+        log.info({ model: c.id, kind: c.kind, dtype, provider: runner.arch.provider, arch: runner.arch }, 'model loaded');
       } catch (e) {
         // One broken folder must not keep the others from serving.
         log.error({ dir, err: e }, 'model folder skipped');

@@ -1,0 +1,56 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { prepareLlama2c } from '../src/inference/convert/convert.js';
+import { findStories260k } from '../src/inference/convert/default-models.js';
+import { FORMAT_DTYPE, writeModelDir } from '../src/inference/convert/model-config.js';
+import { WEIGHT_FORMATS } from '../src/inference/convert/onnx-linear.js';
+import { evaluationProbabilities, greedyTokens, largestChange, leadingAgreement, GREEDY_TOKENS_COMPARED } from '../src/inference/convert/variant-quality.js';
+import { Engine } from '../src/inference/runtime/engine.js';
+
+// Quality of each weight variant of stories260K against f32: how many of the
+// first 40 greedy tokens equal f32's (three prompts), and the largest change of
+// a "yes" probability over the evaluation bench's 64 questions.
+// Usage: node dist/bench/quantization.js     (needs ../shared/models/stories260K)
+
+const PROMPTS = ['The dog', 'Once upon a time', 'Lily and Tom went to the park'];
+
+async function main() {
+  const stories = findStories260k();
+  if (!stories) throw new Error('stories260K not found (../shared/models or SHARED_MODELS_DIR)');
+  const ck = fs.readFileSync(path.join(stories, 'stories260K.bin'));
+  const tok = fs.readFileSync(path.join(stories, 'tok512.bin'));
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-quant-'));
+  try {
+    for (const kind of ['chat', 'evaluation'] as const) {
+      const c = prepareLlama2c(ck, tok, { id: `q/${kind}`, kind, weights: [...WEIGHT_FORMATS] });
+      writeModelDir(path.join(dir, kind), c);
+      if (kind === 'chat') for (const v of c.onnx) console.log(`${v.dtype}: model file ${v.model.byteLength} bytes`);
+    }
+    const results = new Map<string, { tokens: number[][]; probs: Record<string, number> }>();
+    for (const f of WEIGHT_FORMATS) {
+      const e = await Engine.load({ modelsDir: dir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, dtype: FORMAT_DTYPE[f] });
+      try {
+        const tokens = [];
+        for (const p of PROMPTS) tokens.push(await greedyTokens(e, 'q/chat', p));
+        results.set(f, { tokens, probs: await evaluationProbabilities(e, 'q/evaluation') });
+      } finally {
+        await e.close();
+      }
+    }
+    const base = results.get('f32')!;
+    console.log(`\n| weights | first ${GREEDY_TOKENS_COMPARED} greedy tokens equal to f32's (${PROMPTS.map((p) => JSON.stringify(p)).join(', ')}) | largest change of a probability (64 questions) |`);
+    console.log('| --- | --- | --- |');
+    for (const [f, r] of results) {
+      const agree = r.tokens.map((t, i) => `${leadingAgreement(t, base.tokens[i]!)}/${base.tokens[i]!.length}`);
+      console.log(`| ${f} | ${agree.join(', ')} | ${largestChange(r.probs, base.probs).toFixed(4)} |`);
+    }
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

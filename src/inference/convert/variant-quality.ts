@@ -1,0 +1,49 @@
+// How far a weight variant's answers follow f32's: the measurement behind the
+// quality table of models/README.md (bench/quantization.ts) and its test.
+import { planEvaluation } from '../evaluator/evaluate.js';
+import type { EvaluationRequest } from '../protocol.js';
+import type { Engine } from '../runtime/engine.js';
+
+/** Greedy tokens compared (the issue's and the peer harness's measure). */
+export const GREEDY_TOKENS_COMPARED = 40;
+
+/** The evaluation bench's state and questions (bench/evaluation.ts): 64 yes/no questions on a short story. */
+export const BENCH_STATE =
+  ('Lily was a little girl who loved to play in the park. One day she saw a big red ball under a tree. She ran to the ball and kicked it high into the sky. ' +
+    'Her friend Tom laughed and clapped his hands. They played together until the sun went down, and then they walked home, tired and happy. ').repeat(2);
+const SUBJECTS = ['Lily', 'Tom', 'the ball', 'the tree', 'the park', 'the sun', 'the sky', 'the girl'];
+const TRAITS = ['happy', 'sad', 'red', 'big', 'tired', 'little', 'loud', 'kind'];
+export function benchQuestions(n: number): EvaluationRequest['questions'] {
+  return Object.fromEntries(Array.from({ length: n }, (_, i) => [`q${i}`, { type: 'boolean' as const, instructions: `Is ${SUBJECTS[i % 8]} ${TRAITS[Math.floor(i / 8) % 8]}?` }]));
+}
+
+/** The first `n` greedy tokens after BOS + `prompt` (fewer when the model ends the text). */
+export async function greedyTokens(engine: Engine, model: string, prompt: string, n = GREEDY_TOKENS_COMPARED): Promise<number[]> {
+  const ids: number[] = [];
+  const promptTokens = await engine.encodeText(model, prompt, true);
+  for await (const ev of engine.generate(model, { promptTokens, maxTokens: n, temperature: 0, topP: 1, stop: [] })) {
+    if (ev.type === 'delta') ids.push(...ev.tokenIds);
+  }
+  return ids;
+}
+
+/** How many leading positions of `a` equal `b` (the first difference ends the match: the texts then diverge). */
+export function leadingAgreement(a: number[], b: number[]): number {
+  let i = 0;
+  while (i < a.length && i < b.length && a[i] === b[i]) i++;
+  return i;
+}
+
+/** Every question's probability of "yes" on the evaluation bench's state, as POST /api/v1/evaluations answers it. */
+export async function evaluationProbabilities(engine: Engine, model: string, questions = benchQuestions(64)): Promise<Record<string, number>> {
+  const info = engine.model(model);
+  if (!info) throw new Error(`model ${model} is not loaded`);
+  const plan = await planEvaluation(engine, info, { model, state: BENCH_STATE, questions });
+  const out = await engine.scoreBranches(model, { prefixTokens: plan.prefixTokens, branches: plan.branches });
+  const { answers } = plan.finish(out.logprobs, out.processedTokens);
+  return Object.fromEntries(Object.entries(answers).map(([id, a]) => [id, a.type === 'boolean' ? a.probability : NaN]));
+}
+
+export function largestChange(a: Record<string, number>, b: Record<string, number>): number {
+  return Math.max(...Object.keys(a).map((k) => Math.abs(a[k]! - b[k]!)));
+}

@@ -1,0 +1,134 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import * as ort from 'onnxruntime-node';
+import { prepareLlama2c } from '../convert/convert.js';
+import { findStories260k } from '../convert/default-models.js';
+import { writeModelDir } from '../convert/model-config.js';
+import { evaluationProbabilities, greedyTokens, largestChange, leadingAgreement } from '../convert/variant-quality.js';
+import { loadConfig } from '../../config.js';
+import { Engine, type EngineConfig } from './engine.js';
+
+// Weight variants in one model folder (model.onnx, model_int8.onnx, model_q4.onnx, ...):
+// cloudgate.json's `dtype` or MODEL_DTYPE picks the one served.
+
+const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+const stories = findStories260k();
+const base: Omit<EngineConfig, 'modelsDir'> = { executionProvider: 'cpu', strict: false, intraOpThreads: 1 };
+
+async function withEngine<T>(cfg: EngineConfig, f: (e: Engine) => Promise<T>): Promise<T> {
+  const e = await Engine.load(cfg);
+  try {
+    return await f(e);
+  } finally {
+    await e.close();
+  }
+}
+
+describe.skipIf(!stories)('stories260K as f32, int8 and int4 in one folder', () => {
+  let dir: string;
+  beforeAll(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-variants-'));
+    const ck = fs.readFileSync(path.join(stories!, 'stories260K.bin'));
+    const tok = fs.readFileSync(path.join(stories!, 'tok512.bin'));
+    for (const kind of ['chat', 'evaluation'] as const) {
+      writeModelDir(path.join(dir, kind), prepareLlama2c(ck, tok, { id: `s/${kind}`, kind, weights: ['f32', 'int8', 'int4'] }));
+    }
+  });
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  it('writes every variant with its evaluation branch graph, and cloudgate.json names the first', () => {
+    for (const f of ['model.onnx', 'model_int8.onnx', 'model_q4.onnx']) expect(fs.existsSync(path.join(dir, 'chat', f))).toBe(true);
+    for (const f of ['branch.onnx', 'branch_int8.onnx', 'branch_q4.onnx']) expect(fs.existsSync(path.join(dir, 'evaluation', f))).toBe(true);
+    expect(fs.existsSync(path.join(dir, 'chat', 'branch_q4.onnx'))).toBe(false);
+    expect(JSON.parse(fs.readFileSync(path.join(dir, 'chat', 'cloudgate.json'), 'utf8')).dtype).toBe('fp32');
+    const size = (f: string) => fs.statSync(path.join(dir, 'chat', f)).size;
+    expect(size('model_q4.onnx')).toBeLessThan(size('model_int8.onnx'));
+    expect(size('model_int8.onnx')).toBeLessThan(size('model.onnx') * 0.6);
+  });
+
+  it('the branch graph of every variant loads in onnxruntime with its shared-prefix inputs and quantized matrices', async () => {
+    for (const [f, quantized] of [['branch.onnx', false], ['branch_int8.onnx', true], ['branch_q4.onnx', true]] as const) {
+      const file = path.join(dir, 'evaluation', f);
+      const s = await ort.InferenceSession.create(file);
+      expect(s.inputNames).toContain('prefix_key_values.0.key');
+      await s.release();
+      expect(fs.readFileSync(file).includes(Buffer.from('MatMulNBits'))).toBe(quantized);
+    }
+  });
+
+  it('MODEL_DTYPE serves each variant: greedy text and evaluation answers stay near f32 (measured: models/README.md)', async () => {
+    const run = (dtype?: 'int8' | 'q4') =>
+      withEngine({ ...base, modelsDir: dir, dtype }, async (e) => ({
+        once: await greedyTokens(e, 's/chat', 'Once upon a time'),
+        dog: await greedyTokens(e, 's/chat', 'The dog'),
+        probs: await evaluationProbabilities(e, 's/evaluation'),
+      }));
+    const f32 = await run();
+    const int8 = await run('int8');
+    const int4 = await run('q4');
+    expect(f32.once).toHaveLength(40);
+    // measured 40/40 and 23/40; int4 leaves f32's text on "The dog" at the third token (so it really is served)
+    expect(leadingAgreement(int8.once, f32.once)).toBeGreaterThanOrEqual(30);
+    expect(leadingAgreement(int4.once, f32.once)).toBeGreaterThanOrEqual(10);
+    expect(int4.dog).not.toEqual(f32.dog);
+    // measured 0.027 and 0.048 over the 64 questions
+    expect(largestChange(int8.probs, f32.probs)).toBeLessThan(0.06);
+    expect(largestChange(int4.probs, f32.probs)).toBeLessThan(0.12);
+    expect(largestChange(int4.probs, f32.probs)).toBeGreaterThan(0);
+  }, 60_000);
+
+  it('cloudgate.json `dtype` picks the variant; MODEL_DTYPE naming a file the folder lacks falls back to it; a missing own variant skips the folder', async () => {
+    const cfgFile = path.join(dir, 'chat', 'cloudgate.json');
+    const saved = fs.readFileSync(cfgFile, 'utf8');
+    try {
+      const f32 = await withEngine({ ...base, modelsDir: dir }, (e) => greedyTokens(e, 's/chat', 'The dog'));
+      fs.writeFileSync(cfgFile, JSON.stringify({ ...JSON.parse(saved), dtype: 'q4' }));
+      const own = await withEngine({ ...base, modelsDir: dir }, (e) => greedyTokens(e, 's/chat', 'The dog'));
+      expect(own).not.toEqual(f32);
+      const fallback = await withEngine({ ...base, modelsDir: dir, dtype: 'fp16' }, (e) => greedyTokens(e, 's/chat', 'The dog'));
+      expect(fallback).toEqual(own);
+      fs.writeFileSync(cfgFile, JSON.stringify({ ...JSON.parse(saved), dtype: 'q4f16' }));
+      const ids = await withEngine({ ...base, modelsDir: dir }, async (e) => e.list().map((m) => m.id));
+      expect(ids).toEqual(['s/evaluation']);
+    } finally {
+      fs.writeFileSync(cfgFile, saved);
+    }
+  }, 60_000);
+});
+
+const HF = path.resolve(process.env.SHARED_MODELS_DIR ?? path.join(repo, '../shared/models'), 'tiny-random-llama-hf');
+describe.skipIf(!fs.existsSync(path.join(HF, 'model_q4f16.onnx')))('a third-party q4f16 export (onnxruntime quantizer, MatMulNBits)', () => {
+  it('serves chat from model_q4f16.onnx beside model.onnx, picked by cloudgate.json or by MODEL_DTYPE', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-hf-q4-'));
+    try {
+      const m = path.join(dir, 'tiny');
+      fs.mkdirSync(m);
+      for (const f of fs.readdirSync(HF)) fs.symlinkSync(path.join(HF, f), path.join(m, f));
+      const cg = { id: 'hf/tiny', kind: 'chat', contextLength: 256, prices: { inputPerMTok: 0, outputPerMTok: 0 } };
+      const chat = (e: Engine) => greedyTokens(e, 'hf/tiny', 'Hello there', 6);
+      fs.writeFileSync(path.join(m, 'cloudgate.json'), JSON.stringify({ ...cg, dtype: 'q4f16' }));
+      const q4 = await withEngine({ ...base, modelsDir: dir }, chat);
+      expect(q4).toHaveLength(6);
+      fs.writeFileSync(path.join(m, 'cloudgate.json'), JSON.stringify(cg));
+      expect(await withEngine({ ...base, modelsDir: dir, dtype: 'q4f16' }, chat)).toEqual(q4);
+      // proof that the q4f16 file is the one read: the folder without model.onnx serves the same
+      fs.rmSync(path.join(m, 'model.onnx'));
+      fs.rmSync(path.join(m, 'model.onnx.data'));
+      fs.writeFileSync(path.join(m, 'cloudgate.json'), JSON.stringify({ ...cg, dtype: 'q4f16' }));
+      expect(await withEngine({ ...base, modelsDir: dir }, chat)).toEqual(q4);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
+
+describe('MODEL_DTYPE', () => {
+  it('takes the Hugging Face variant names and refuses others, naming the variable', () => {
+    expect(loadConfig({ MODEL_DTYPE: 'q4' }).MODEL_DTYPE).toBe('q4');
+    expect(loadConfig({}).MODEL_DTYPE).toBeUndefined();
+    expect(() => loadConfig({ MODEL_DTYPE: 'int3' })).toThrow(/MODEL_DTYPE="int3"/);
+  });
+});
