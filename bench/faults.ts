@@ -322,7 +322,10 @@ const runs: Record<string, (arg?: string) => Promise<void>> = {
       const sampler = (async () => {
         while (performance.now() < until) {
           samples.push([(performance.now() - t0) / 60_000, rssMiB(d.pid)]);
-          console.log(`${samples.at(-1)![0].toFixed(1)} min  RSS ${samples.at(-1)![1].toFixed(0)} MiB  requests ${requests}`);
+          // The main thread's V8 heap and external memory: what of the RSS is JavaScript's.
+          const m = await (await fetch(`${d.platformUrl}/metrics`)).text();
+          const mib = (name: string) => (Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(m)?.[1]) / 2 ** 20).toFixed(0);
+          console.log(`${samples.at(-1)![0].toFixed(1)} min  RSS ${samples.at(-1)![1].toFixed(0)} MiB  heap ${mib('nodejs_heap_size_used_bytes')} MiB  external ${mib('nodejs_external_memory_bytes')} MiB  requests ${requests}`);
           await sleep(10_000);
         }
       })();
