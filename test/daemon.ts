@@ -48,6 +48,8 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir?: st
       LOG_LEVEL: 'info',
       PROVIDER_TIME_SCALE: '0.002',
       METER_INTERVAL_MS: '250',
+      // As npm start and the image run it (package.json, Dockerfile).
+      MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? '2',
       ...env,
     },
     stdio: ['ignore', out, out],
