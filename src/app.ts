@@ -125,6 +125,7 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
   const shutdown = () =>
     (done ??= (async () => {
       shuttingDown = true;
+      embedded?.holdRestarts();
       for (const s of servers) s.stopAccepting();
       const drained = await Promise.all(servers.map((s) => s.drain(config.SHUTDOWN_GRACE_MS)));
       if (!drained.every(Boolean)) {

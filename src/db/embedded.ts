@@ -24,6 +24,11 @@ export interface EmbeddedDb {
   stop(): Promise<void>;
   /** Undefined while the server runs or is being restarted; why not, once it cannot be restarted. */
   failure(): string | undefined;
+  /**
+   * The daemon is stopping: a server that dies now stays dead. A restart would eat the stop's
+   * budget, and the charges it could post are journaled for the next start anyway.
+   */
+  holdRestarts(): void;
 }
 
 /**
@@ -191,6 +196,9 @@ function supervise(pg: EmbeddedPostgres, pgDir: string, port: number, url: strin
   return {
     url,
     failure: () => failed,
+    holdRestarts: () => {
+      stopping = true;
+    },
     stop: async () => {
       stopping = true;
       const p = procOf(pg);
