@@ -56,7 +56,7 @@ export interface StepRow {
   sampler?: SamplerSpec;
 }
 
-export type Request =
+export type WorkerCommand =
   | InitMsg
   | { type: 'step'; id: number; rows: StepRow[] }
   /** Decode these sampled sequences step after step until each ends (end of text, budget), is freed, an interrupt arrives, or `stepsMax` steps ran. */
@@ -69,9 +69,12 @@ export type Request =
   | { type: 'free'; seqs: number[] }
   | { type: 'close'; id: number };
 
-export type Reply =
+export type WorkerEvent =
   | { type: 'ready'; arch: Arch }
+  /** The model could not be loaded: the worker is of no use. */
   | { type: 'init-error'; message: string }
+  /** Loaded, but not as asked (a GPU provider fell back to CPU, the branch graph was left out): for the log. */
+  | { type: 'warning'; message: string }
   /** tokens[b]: the token sampled for row b, -1 for rows without a sampler (their logits are the answer). */
   | { type: 'step'; id: number; logits: Float32Array; tokens: Int32Array; kvBytes: number; logprobs?: Array<TokenLogprob | null> }
   /** One step of a decode run: the token of each sequence that ran (logprobs[b]: row b's, when it asked). */

@@ -5,7 +5,7 @@ import { Worker } from 'node:worker_threads';
 import { log } from '../../log.js';
 import type { TokenLogprob } from '../engine-api.js';
 import { engineMetrics as M } from './metrics.js';
-import type { Arch, InitMsg, Reply, Request, StepRow } from './protocol.js';
+import type { Arch, InitMsg, WorkerEvent, WorkerCommand, StepRow } from './protocol.js';
 
 /** A prompt step's answer: every row's last-position logits; sampled rows' tokens (-1 for the others) and logprobs when asked. */
 export interface StepResult {
@@ -36,7 +36,7 @@ const WORKER_RESTART_WINDOW_MS = 60_000;
 export class Runner {
   private worker: Worker | undefined;
   private nextId = 1;
-  private readonly pending = new Map<number, { ok: (r: Reply) => void; fail: (e: Error) => void }>();
+  private readonly pending = new Map<number, { ok: (r: WorkerEvent) => void; fail: (e: Error) => void }>();
   private readonly onTokens = new Map<number, OnTokens>();
   arch!: Arch;
   kvBytes = 0;
@@ -62,25 +62,23 @@ export class Runner {
     const worker = new Worker(workerPath());
     const init = this.init;
     const arch = await new Promise<Arch>((resolve, reject) => {
-      const onMsg = (m: Reply) => {
+      const onMsg = (m: WorkerEvent) => {
         if (m.type === 'ready') {
           worker.off('message', onMsg);
           resolve(m.arch);
-        } else if (m.type === 'init-error') {
-          if (m.message.startsWith('fallback:')) log.warn({ model: init.modelPath }, m.message);
-          else reject(new Error(m.message));
-        }
+        } else if (m.type === 'warning') log.warn({ model: init.modelPath }, m.message);
+        else if (m.type === 'init-error') reject(new Error(m.message));
       };
       worker.on('message', onMsg);
       worker.once('error', reject);
       worker.once('exit', (code) => reject(new Error(`model worker exited with code ${code} while loading`)));
-      worker.postMessage({ type: 'init', ...init } satisfies Request);
+      worker.postMessage({ type: 'init', ...init } satisfies WorkerCommand);
     }).catch(async (e) => {
       await worker.terminate();
       throw e;
     });
     worker.removeAllListeners('error').removeAllListeners('exit');
-    worker.on('message', (m: Reply) => this.onReply(m));
+    worker.on('message', (m: WorkerEvent) => this.onReply(m));
     worker.on('error', (e) => this.lost(worker, e));
     worker.on('exit', (code) => this.lost(worker, new Error(`exited with code ${code}`)));
     this.worker = worker;
@@ -125,7 +123,7 @@ export class Runner {
     return !this.down;
   }
 
-  private onReply(m: Reply): void {
+  private onReply(m: WorkerEvent): void {
     if (!('id' in m)) return;
     if (m.type === 'tokens') {
       this.onTokens.get(m.id)?.(m.seqs, m.tokens, m.logprobs);
@@ -138,7 +136,7 @@ export class Runner {
     else p.ok(m);
   }
 
-  private async call(msg: Request & { id: number }, transfer: ArrayBuffer[] = []): Promise<Reply> {
+  private async call(msg: WorkerCommand & { id: number }, transfer: ArrayBuffer[] = []): Promise<WorkerEvent> {
     if (this.restarting) await this.restarting;
     const w = this.worker;
     if (!w) throw this.down ?? new WorkerLost(`model ${this.modelId}'s worker is not running`);
@@ -150,14 +148,14 @@ export class Runner {
 
   /** A prompt step: last-position logits of every row, and the token sampled for rows that carried a sampler (-1 for the others). */
   async step(rows: StepRow[]): Promise<StepResult> {
-    const r = (await this.call({ type: 'step', id: this.nextId++, rows })) as Extract<Reply, { type: 'step' }>;
+    const r = (await this.call({ type: 'step', id: this.nextId++, rows })) as Extract<WorkerEvent, { type: 'step' }>;
     this.kvBytes = r.kvBytes;
     return { logits: r.logits, tokens: r.tokens, logprobs: r.logprobs };
   }
 
   /** A prompt step that joins the decode run in flight (or runs as a step when there is none). */
   async join(rows: StepRow[]): Promise<StepResult> {
-    const r = (await this.call({ type: 'join', id: this.nextId++, rows })) as Extract<Reply, { type: 'step' }>;
+    const r = (await this.call({ type: 'join', id: this.nextId++, rows })) as Extract<WorkerEvent, { type: 'step' }>;
     this.kvBytes = r.kvBytes;
     return { logits: r.logits, tokens: r.tokens, logprobs: r.logprobs };
   }
@@ -171,7 +169,7 @@ export class Runner {
     const id = this.nextId++;
     this.onTokens.set(id, onTokens);
     try {
-      const r = (await this.call({ type: 'decode', id, seqs, stepsMax })) as Extract<Reply, { type: 'decode-done' }>;
+      const r = (await this.call({ type: 'decode', id, seqs, stepsMax })) as Extract<WorkerEvent, { type: 'decode-done' }>;
       this.kvBytes = r.kvBytes;
     } finally {
       this.onTokens.delete(id);
@@ -180,7 +178,7 @@ export class Runner {
 
   /** Ends the running decode after its current step. */
   interrupt(): void {
-    this.worker?.postMessage({ type: 'interrupt' } satisfies Request);
+    this.worker?.postMessage({ type: 'interrupt' } satisfies WorkerCommand);
   }
 
   async fork(from: number, to: number[]): Promise<void> {
@@ -188,7 +186,7 @@ export class Runner {
   }
 
   free(seqs: number[]): void {
-    if (seqs.length) this.worker?.postMessage({ type: 'free', seqs } satisfies Request);
+    if (seqs.length) this.worker?.postMessage({ type: 'free', seqs } satisfies WorkerCommand);
   }
 
   async close(): Promise<void> {

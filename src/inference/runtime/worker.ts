@@ -1,6 +1,6 @@
 import { parentPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
-import type { Arch, Reply, Request, SamplerSpec, StepRow } from './protocol.js';
+import type { Arch, WorkerEvent, WorkerCommand, SamplerSpec, StepRow } from './protocol.js';
 import { KvStore, type Kv } from './kv.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
@@ -25,7 +25,7 @@ function halfToFloat(h: number): number {
   return s * 2 ** (e - 15) * (1 + f / 1024);
 }
 
-async function init(msg: Extract<Request, { type: 'init' }>): Promise<void> {
+async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void> {
   tokenTexts = msg.tokenTexts ?? [];
   const base: ort.InferenceSession.SessionOptions = {
     graphOptimizationLevel: 'all',
@@ -39,7 +39,7 @@ async function init(msg: Extract<Request, { type: 'init' }>): Promise<void> {
   } catch (e) {
     if (provider === 'cpu' || msg.strict) throw e;
     // A GPU provider that cannot start falls back to CPU unless told to insist.
-    port.postMessage({ type: 'init-error', message: `fallback: ${provider} failed (${(e as Error).message}); using cpu` } satisfies Reply);
+    port.postMessage({ type: 'warning', message: `${provider} failed (${(e as Error).message}); using cpu` } satisfies WorkerEvent);
     provider = 'cpu';
     session = await ort.InferenceSession.create(msg.modelPath, { ...base, executionProviders: ['cpu'] });
   }
@@ -72,7 +72,7 @@ async function init(msg: Extract<Request, { type: 'init' }>): Promise<void> {
       branchSession = s;
       arch.sharedPrefix = true;
     } catch (e) {
-      port.postMessage({ type: 'init-error', message: `fallback: ${msg.branchModelPath} not used (${(e as Error).message}); branches are scored with the model graph` } satisfies Reply);
+      port.postMessage({ type: 'warning', message: `${msg.branchModelPath} not used (${(e as Error).message}); branches are scored with the model graph` } satisfies WorkerEvent);
     }
   }
 }
@@ -410,7 +410,7 @@ let interruptRequested = false;
 /** A prompt step whose answer goes back as a `step` reply; the generations it starts are returned. */
 async function replyStep(id: number, rows: StepRow[]): Promise<number[]> {
   const { logits, tokens, logprobs } = await promptStep(rows);
-  port.postMessage({ type: 'step', id, logits, tokens, kvBytes: store.bytes, logprobs } satisfies Reply, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
+  port.postMessage({ type: 'step', id, logits, tokens, kvBytes: store.bytes, logprobs } satisfies WorkerEvent, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
   return rows.filter((r) => r.sampler).map((r) => r.seq);
 }
 
@@ -418,7 +418,7 @@ async function replyStep(id: number, rows: StepRow[]): Promise<number[]> {
  * Prompts that arrived during a decode run: run here, between two of its
  * steps, with no round trip to the main thread; their generations join the run.
  */
-const joins: Array<Extract<Request, { type: 'join' }>> = [];
+const joins: Array<Extract<WorkerCommand, { type: 'join' }>> = [];
 let inRun = false;
 
 /** Runs the oldest join; a join that fails is answered with its error (the run goes on). */
@@ -427,7 +427,7 @@ async function runJoin(): Promise<number[]> {
   try {
     return await replyStep(j.id, j.rows);
   } catch (e) {
-    port.postMessage({ type: 'error', id: j.id, message: (e as Error).message } satisfies Reply);
+    port.postMessage({ type: 'error', id: j.id, message: (e as Error).message } satisfies WorkerEvent);
     return [];
   }
 }
@@ -445,7 +445,7 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
       const logits = await step(live.map((seq) => ({ seq, tokens: [samplers.get(seq)!.next] })));
       const V = logits.length / live.length;
       const tokens = Int32Array.from(live, (seq, b) => draw(samplers.get(seq)!, logits, b, V));
-      port.postMessage({ type: 'tokens', id, seqs: live, tokens, logprobs: logprobsOf(live) } satisfies Reply, [tokens.buffer as ArrayBuffer]);
+      port.postMessage({ type: 'tokens', id, seqs: live, tokens, logprobs: logprobsOf(live) } satisfies WorkerEvent, [tokens.buffer as ArrayBuffer]);
       applyDeferredFrees();
       live = live.filter(alive);
     }
@@ -454,7 +454,7 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
   } finally {
     inRun = false;
     // Only when a step failed: its joins are answered with the failure too.
-    for (const j of joins.splice(0)) port.postMessage({ type: 'error', id: j.id, message: 'the decode run failed' } satisfies Reply);
+    for (const j of joins.splice(0)) port.postMessage({ type: 'error', id: j.id, message: 'the decode run failed' } satisfies WorkerEvent);
   }
 }
 
@@ -481,13 +481,13 @@ function free(seqs: number[]): void {
 // Model work runs one piece at a time, in arrival order; interrupts and
 // frees act at once (frees wait for the step in flight, see above).
 let queue: Promise<void> = Promise.resolve();
-function serial(msg: Request & { id: number }, work: () => Promise<void>): void {
+function serial(msg: WorkerCommand & { id: number }, work: () => Promise<void>): void {
   queue = queue.then(async () => {
     busy = true;
     try {
       await work();
     } catch (e) {
-      port.postMessage({ type: 'error', id: msg.id, message: (e as Error).message } satisfies Reply);
+      port.postMessage({ type: 'error', id: msg.id, message: (e as Error).message } satisfies WorkerEvent);
     } finally {
       busy = false;
       applyDeferredFrees();
@@ -495,14 +495,14 @@ function serial(msg: Request & { id: number }, work: () => Promise<void>): void 
   });
 }
 
-port.on('message', async (msg: Request) => {
+port.on('message', async (msg: WorkerCommand) => {
   switch (msg.type) {
     case 'init':
       try {
         await init(msg);
-        port.postMessage({ type: 'ready', arch } satisfies Reply);
+        port.postMessage({ type: 'ready', arch } satisfies WorkerEvent);
       } catch (e) {
-        port.postMessage({ type: 'init-error', message: `fatal: ${(e as Error).message}` } satisfies Reply);
+        port.postMessage({ type: 'init-error', message: (e as Error).message } satisfies WorkerEvent);
       }
       return;
     case 'step':
@@ -514,7 +514,7 @@ port.on('message', async (msg: Request) => {
     case 'decode':
       return serial(msg, async () => {
         await decodeRun(msg.id, msg.seqs, msg.stepsMax);
-        port.postMessage({ type: 'decode-done', id: msg.id, kvBytes: store.bytes } satisfies Reply);
+        port.postMessage({ type: 'decode-done', id: msg.id, kvBytes: store.bytes } satisfies WorkerEvent);
       });
     case 'interrupt':
       interruptRequested = true;
@@ -522,7 +522,7 @@ port.on('message', async (msg: Request) => {
     case 'fork':
       return serial(msg, async () => {
         fork(msg.from, msg.to);
-        port.postMessage({ type: 'done', id: msg.id } satisfies Reply);
+        port.postMessage({ type: 'done', id: msg.id } satisfies WorkerEvent);
       });
     case 'free':
       if (busy) deferredFrees.push(...msg.seqs);
@@ -532,7 +532,7 @@ port.on('message', async (msg: Request) => {
       return serial(msg, async () => {
         await session?.release();
         await branchSession?.release();
-        port.postMessage({ type: 'done', id: msg.id } satisfies Reply);
+        port.postMessage({ type: 'done', id: msg.id } satisfies WorkerEvent);
       });
   }
 });
