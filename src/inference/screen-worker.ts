@@ -5,7 +5,7 @@ import type { ServedModel } from './engine-api.js';
 import { prefixText } from './evaluator/prompt.js';
 import { ChatCompletionRequest, CompletionRequest, EvaluationRequest } from './protocol.js';
 import type { ScreenJob, ScreenResult } from './screen.js';
-import { chatChars, chatMessages, checkChars } from './serving-chat.js';
+import { chatChars, chatMessages, checkChars } from './serving-checks.js';
 
 // The screening thread: a large body is parsed, validated and held against its
 // model's context here, so that a 16 MiB body that cannot fit is refused without

@@ -9,7 +9,7 @@ import { planEvaluation, type EvalEngine } from './evaluator/evaluate.js';
 import type { Policies } from './policy-api.js';
 import { EvaluationRequest, type EvaluationResponse } from './protocol.js';
 import type { BodyScreen } from './screen.js';
-import { resolveModel } from './serving-chat.js';
+import { resolveModel } from './serving-checks.js';
 
 /** The gateway protocol's version this server speaks (Evaluation Model V4). */
 const SPEC_VERSION = '4';

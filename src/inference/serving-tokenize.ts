@@ -5,7 +5,7 @@ import { invalid } from '../errors.js';
 import type { ChatMessage, ServedModel } from './engine-api.js';
 import type { Policies } from './policy-api.js';
 import { DetokenizeRequest, TokenizeChat, TokenizeText } from './protocol.js';
-import { chatChars, chatMessages, checkChars, resolveModel } from './serving-chat.js';
+import { chatChars, chatMessages, checkChars, resolveModel } from './serving-checks.js';
 
 // vLLM's /tokenize and /detokenize: what a client needs to count tokens or check a
 // prompt against the context length before sending it. No model work: the request
