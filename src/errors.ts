@@ -63,6 +63,19 @@ export class ApiError extends Error {
   }
 }
 
+/** The same error with more response headers (an inference id on every answer, errors included). */
+export function withHeaders(e: ApiError, headers: Record<string, string>): ApiError {
+  return new ApiError(e.kind, e.message, {
+    param: e.param,
+    code: e.code,
+    type: e.type,
+    retryAfterMs: e.retryAfterMs,
+    issues: e.issues,
+    cause: e.cause,
+    headers: { ...e.headers, ...headers },
+  });
+}
+
 /** Quote a given value for an error message, short enough to log. */
 export function showValue(v: unknown): string {
   let s: string;

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { ApiError, invalid } from '../errors.js';
+import { ApiError, invalid, withHeaders } from '../errors.js';
 import { log } from '../log.js';
 import type { Ctx } from '../http/context.js';
 import type { Reply } from '../http/router.js';
@@ -55,13 +55,6 @@ export async function serveEvaluation(
   } catch (e) {
     if (!(e instanceof ApiError)) log.error({ reqId: ctx.requestId, inferenceId, err: e }, 'evaluation failed');
     const err = e instanceof ApiError ? e : new ApiError('internal', 'internal error while evaluating; quote the X-Inference-Id to support');
-    throw new ApiError(err.kind, err.message, {
-      param: err.param,
-      code: err.code,
-      type: err.type,
-      retryAfterMs: err.retryAfterMs,
-      issues: err.issues,
-      headers: { ...err.headers, 'x-inference-id': inferenceId },
-    });
+    throw withHeaders(err, { 'x-inference-id': inferenceId });
   }
 }
