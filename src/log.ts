@@ -54,4 +54,3 @@ process.on('exit', () => {
   }
 });
 
-export type Logger = typeof log;

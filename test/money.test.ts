@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Sql } from '../src/db/index.js';
-import { recordInferenceUsage } from '../src/money/rft.js';
+import { recordRunUsageTx } from '../src/money/rft.js';
 import { addMember, admin, call, newTeam, newUser } from './helpers.js';
 import { conservation, ledgerOf, newRun, openDb, topup } from './money-helpers.js';
 
@@ -177,9 +177,10 @@ describe('RFT run usage', () => {
       input += rec.inputTokens ?? 0;
       output += rec.outputTokens ?? 0;
     }
-    // Gateway inference carrying X-RFT-Run-ID is counted (and charged elsewhere, at the model's prices).
-    expect(await recordInferenceUsage(sql(), run.id, 1000, 250)).toBe(true);
-    expect(await recordInferenceUsage(sql(), 'no-such-run', 1000, 250)).toBe(false);
+    // Gateway inference carrying X-RFT-Run-ID is counted as the charger counts it (and charged
+    // elsewhere, at the model's prices); a run that does not exist is not.
+    const counted = await sql().begin((tx) => recordRunUsageTx(tx, [{ runId: run.id, input: 1000, output: 250 }, { runId: 'no-such-run', input: 1000, output: 250 }]));
+    expect(counted).toBe(1);
     input += 1000;
     output += 250;
 

@@ -162,11 +162,6 @@ export async function recordRunUsageTx(tx: Tx, runs: RunUsage[]): Promise<number
   return res.count;
 }
 
-/** Counts inference tokens against a run (for callers outside the charger). Answers false for an unknown run. */
-export async function recordInferenceUsage(sql: Sql, runId: string, inputTokens: number, outputTokens: number): Promise<boolean> {
-  return (await sql.begin((tx) => recordRunUsageTx(tx, [{ runId, input: inputTokens, output: outputTokens }]))) > 0;
-}
-
 /** Whether `userId` may read the run (its owner, or a member of its team). For the gateway's header check. */
 export async function runVisibleTo(sql: Sql | Tx, runId: string, userId: string): Promise<boolean> {
   const [r] = await sql`

@@ -214,21 +214,3 @@ export function parseTokenizerBin(buf: Uint8Array, vocabSize?: number): Llama2cV
   }
   return { maxTokenLength, pieceBytes, pieces, scores: Float32Array.from(scores) };
 }
-
-export function serializeTokenizerBin(v: { pieces: string[]; scores: ArrayLike<number> }): Uint8Array {
-  const enc = new TextEncoder();
-  const bytes = v.pieces.map((p) => enc.encode(p));
-  const maxLen = bytes.reduce((a, b) => Math.max(a, b.length), 0);
-  const total = 4 + bytes.reduce((a, b) => a + 8 + b.length, 0);
-  const out = new Uint8Array(total);
-  const dv = new DataView(out.buffer);
-  dv.setInt32(0, maxLen, true);
-  let off = 4;
-  bytes.forEach((b, i) => {
-    dv.setFloat32(off, v.scores[i] ?? 0, true);
-    dv.setInt32(off + 4, b.length, true);
-    out.set(b, off + 8);
-    off += 8 + b.length;
-  });
-  return out;
-}
