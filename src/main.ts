@@ -2,6 +2,7 @@ import { loadConfig, ConfigError } from './config.js';
 import { startDaemon, type Module } from './app.js';
 import { loadUws, NativeUwsMissing } from './http/uws.js';
 import { log } from './log.js';
+import { isConnectionError } from './db/bounded.js';
 import { inferenceModule } from './inference/module.js';
 import { platformModule } from './platform/module.js';
 import { moneyModule } from './money/module.js';
@@ -40,6 +41,18 @@ async function main(): Promise<void> {
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
 }
+
+// postgres.js rejects promises nothing waits on when the server goes away mid-call (a
+// connection's pending writes at a kill -9 of PostgreSQL): that must not take the daemon
+// down with it. Any other unhandled rejection is a bug and still ends the process.
+process.on('unhandledRejection', (e) => {
+  if (isConnectionError(e)) {
+    log.warn({ err: e }, 'a database call failed with nothing waiting on it (the server went away)');
+    return;
+  }
+  log.fatal({ err: e }, 'unhandled rejection');
+  process.exit(1);
+});
 
 main().catch((e) => {
   log.fatal({ err: e }, 'failed to start');

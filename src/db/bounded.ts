@@ -129,7 +129,7 @@ function boundQuery<Q extends Thenable>(q: Q, waitMs: number, live: Liveness | u
         noteOutcome(false);
         // Only a query still waiting for a connection is dropped: cancelling one already
         // sent would send a CancelRequest that can hit the next statement on that backend.
-        if (!(q as { state?: unknown }).state) q.cancel?.();
+        if (!(q as { state?: unknown }).state) void Promise.resolve(q.cancel?.()).catch(() => undefined);
         reject(databaseUnavailable(`no answer within ${waitMs} ms`));
       };
       let timer = setTimeout(expire, waitMs);
