@@ -84,10 +84,19 @@ const chatBody = (maxTokens: number, stream = false) => ({ model: CHAT, messages
 // random-llama-chat's prices, as micro-USD per token (see test/faults/charges.test.ts).
 const owed = (u: { prompt_tokens: number; completion_tokens: number }) => 100_000 * u.prompt_tokens + 200_000 * u.completion_tokens;
 
+/** Runs `f` against a fresh daemon, stopped (gracefully) however `f` ends. */
+async function withDaemon(f: (d: Started) => Promise<void>): Promise<void> {
+  const d = await startDaemon();
+  try {
+    await f(d);
+  } finally {
+    await stopDaemon(d);
+  }
+}
+
 const runs: Record<string, (arg?: string) => Promise<void>> = {
   async oversized() {
-    const d = await startDaemon();
-    try {
+    await withDaemon(async (d) => {
       const { key } = await user(d, 100_000);
       const chat = JSON.stringify({ model: CHAT, messages: [{ role: 'user', content: 'once upon a time '.repeat((4 * 1024 * 1024 - 1024) / 17) }] });
       const evaluation = JSON.stringify({ model: EVAL, state: 'the cat sat on the mat. '.repeat((16 * 1024 * 1024 - 1024) / 24), questions: { q: { type: 'boolean' } } });
@@ -112,14 +121,11 @@ const runs: Record<string, (arg?: string) => Promise<void>> = {
       console.log(`/healthz idle:    p50 ${ms(pct(base.lat, 50))}  p99 ${ms(pct(base.lat, 99))}  max ${ms(Math.max(...base.lat))}  (${base.lat.length} probes)`);
       console.log(`/healthz refusing: p50 ${ms(pct(p.lat, 50))}  p99 ${ms(pct(p.lat, 99))}  max ${ms(Math.max(...p.lat))}  (${p.lat.length} probes)`);
       console.log(`daemon event loop, longest delay while refusing: ${ms(lag)} (nodejs_eventloop_lag_max_seconds, 10 ms resolution)`);
-    } finally {
-      await stopDaemon(d);
-    }
+    });
   },
 
   async stall() {
-    const d = await startDaemon();
-    try {
+    await withDaemon(async (d) => {
       const { key } = await user(d, 100_000);
       await post(d, 'inference', '/v1/chat/completions', key, chatBody(4));
       const pids = postgresPids(d);
@@ -163,14 +169,11 @@ const runs: Record<string, (arg?: string) => Promise<void>> = {
       show('GET /api/v1/billing/wallet', wallet);
       show('chat (admitted key, cached balance)', infer);
       console.log(`/healthz: max ${ms(Math.max(...health))}`);
-    } finally {
-      await stopDaemon(d);
-    }
+    });
   },
 
   async flood() {
-    const d = await startDaemon();
-    try {
+    await withDaemon(async (d) => {
       const { key } = await user(d, 100_000_000);
       await post(d, 'inference', '/v1/chat/completions', key, chatBody(16));
       const SECONDS = 40;
@@ -219,9 +222,7 @@ const runs: Record<string, (arg?: string) => Promise<void>> = {
       console.log(`${CLIENTS} clients streaming 480 tokens back to back for ${SECONDS} s (ADMISSION_WAIT_MS_MAX 10 s):`);
       console.log(`admitted ${waits.length}: wait to first token p50 ${ms(pct(waits, 50))}  p99 ${ms(pct(waits, 99))}  max ${ms(Math.max(...waits))}`);
       console.log(`refused ${refusals.length} (${[...codes].map(([c, n]) => `${n} ${c}`).join(', ')}): p50 ${ms(pct(refusals, 50))}  p99 ${ms(pct(refusals, 99))}  max ${ms(Math.max(...refusals))}; after the opening burst p50 ${ms(pct(later, 50))}  p99 ${ms(pct(later, 99))}`);
-    } finally {
-      await stopDaemon(d);
-    }
+    });
   },
 
   async kill(arg) {
@@ -280,8 +281,7 @@ const runs: Record<string, (arg?: string) => Promise<void>> = {
   },
 
   async idle() {
-    const d = await startDaemon();
-    try {
+    await withDaemon(async (d) => {
       const port = Number(new URL(d.platformUrl).port);
       const held = (send: string) =>
         new Promise<number>((r) => {
@@ -293,15 +293,12 @@ const runs: Record<string, (arg?: string) => Promise<void>> = {
         });
       const [idle, header] = await Promise.all([held(''), held('GET /healthz HTTP/1.1\r\nhost: x\r\n')]);
       console.log(`connection sending nothing closed after ${ms(idle)}; half a request head: ${ms(header)} (uWebSockets' fixed 10 s idle timeout)`);
-    } finally {
-      await stopDaemon(d);
-    }
+    });
   },
 
   async soak(arg) {
     const minutes = Number(arg ?? 10);
-    const d = await startDaemon();
-    try {
+    await withDaemon(async (d) => {
       const { key } = await user(d, 100_000_000);
       const until = performance.now() + minutes * 60_000;
       let requests = 0;
@@ -333,9 +330,7 @@ const runs: Record<string, (arg?: string) => Promise<void>> = {
       const half = samples.filter(([t]) => t >= minutes / 2);
       const slope = half.length > 1 ? (half.at(-1)![1] - half[0]![1]) / (half.at(-1)![0] - half[0]![0]) : NaN;
       console.log(`soak ${minutes} min, ${requests} requests: RSS ${samples[0]![1].toFixed(0)} -> ${samples.at(-1)![1].toFixed(0)} MiB, max ${Math.max(...samples.map((s) => s[1])).toFixed(0)} MiB; second half slope ${slope.toFixed(1)} MiB/min`);
-    } finally {
-      await stopDaemon(d);
-    }
+    });
   },
 };
 

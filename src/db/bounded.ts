@@ -119,33 +119,55 @@ function boundQuery<Q extends Thenable>(q: Q, waitMs: number, live: Liveness | u
   const then = q.then.bind(q);
   q.then = (ok, fail) =>
     new Promise((resolve, reject) => {
-      const expire = () => {
-        // A live server is working on it (a lock wait, a loaded machine): wait on.
-        if (live?.alive()) {
-          timer = setTimeout(expire, waitMs);
-          return;
-        }
-        unavailableTotal.inc({ reason: 'timeout' });
-        noteOutcome(false);
+      const watch = new Watch(waitMs, live, (why) => {
         // Only a query still waiting for a connection is dropped: cancelling one already
         // sent would send a CancelRequest that can hit the next statement on that backend.
         if (!(q as { state?: unknown }).state) void Promise.resolve(q.cancel?.()).catch(() => undefined);
-        reject(databaseUnavailable(`no answer within ${waitMs} ms`));
-      };
-      let timer = setTimeout(expire, waitMs);
+        reject(databaseUnavailable(why));
+      });
+      watch.arm('the statement');
       then(
         (v) => {
-          clearTimeout(timer);
+          watch.clear();
           noteOutcome(true);
           resolve(v);
         },
         (e) => {
-          clearTimeout(timer);
+          watch.clear();
           reject(asUnavailable(e));
         },
       );
     }).then(ok, fail);
   return q;
+}
+
+/**
+ * Gives up on a step of the database's once `waitMs` passed with the server silent
+ * (its liveness probe unanswered); on a live server a slow step is waited on.
+ */
+class Watch {
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly waitMs: number,
+    private readonly live: Liveness | undefined,
+    private readonly giveUp: (why: string) => void,
+  ) {}
+
+  arm(step: string): void {
+    this.clear();
+    this.timer = setTimeout(() => {
+      if (this.live?.alive()) return this.arm(step);
+      unavailableTotal.inc({ reason: 'timeout' });
+      noteOutcome(false);
+      this.giveUp(`${step} had no answer within ${this.waitMs} ms`);
+    }, this.waitMs);
+  }
+
+  clear(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+  }
 }
 
 /**
@@ -193,19 +215,10 @@ export function bounded<S extends object>(sql: S, waitMs = DB_STATEMENT_WAIT_MS,
 function boundBegin(target: object, begin: (...x: unknown[]) => Promise<unknown>, args: unknown[], waitMs: number, live: Liveness | undefined): Promise<unknown> {
   const fn = args[args.length - 1] as (tx: object) => unknown;
   return new Promise((resolve, reject) => {
-    const arm = (step: string): NodeJS.Timeout =>
-      setTimeout(() => {
-        if (live?.alive()) {
-          timer = arm(step);
-          return;
-        }
-        unavailableTotal.inc({ reason: 'timeout' });
-        noteOutcome(false);
-        reject(databaseUnavailable(`${step} had no answer within ${waitMs} ms`));
-      }, waitMs);
-    let timer = arm('BEGIN');
+    const watch = new Watch(waitMs, live, (why) => reject(databaseUnavailable(why)));
+    watch.arm('BEGIN');
     const body = async (tx: object) => {
-      clearTimeout(timer);
+      watch.clear();
       try {
         return await fn(bounded(tx, waitMs, live));
       } catch (e) {
@@ -213,16 +226,16 @@ function boundBegin(target: object, begin: (...x: unknown[]) => Promise<unknown>
         if (isDatabaseUnavailable(e)) reject(e);
         throw e;
       } finally {
-        timer = arm('COMMIT');
+        watch.arm('COMMIT');
       }
     };
     begin.apply(target, [...args.slice(0, -1), body]).then(
       (v) => {
-        clearTimeout(timer);
+        watch.clear();
         resolve(v);
       },
       (e) => {
-        clearTimeout(timer);
+        watch.clear();
         reject(asUnavailable(e));
       },
     );

@@ -72,8 +72,7 @@ export interface ServerOptions {
 /** One listening address: routes, limits, auth, logging, metrics, graceful close. */
 export class HttpServer {
   private listenSocket: us_listen_socket | undefined;
-  private inflight = 0;
-  /** The requests in flight, so that the end of a shutdown's grace can tell each of them. */
+  /** The requests in flight: a drain waits for none, and the end of a shutdown's grace tells each of them. */
   private readonly live = new Set<Ctx>();
   /** Requests in flight per client address, for CLIENT_INFLIGHT_MAX. */
   private readonly perClient = new Map<string, number>();
@@ -114,7 +113,7 @@ export class HttpServer {
 
   /** Resolves when no request is in flight, or at the deadline. */
   async drain(deadlineMs: number): Promise<boolean> {
-    if (this.inflight === 0) return true;
+    if (this.live.size === 0) return true;
     return Promise.race([
       new Promise<boolean>((r) => this.drainWaiters.push(() => r(true))),
       new Promise<boolean>((r) => setTimeout(() => r(false), deadlineMs).unref()),
@@ -166,7 +165,6 @@ export class HttpServer {
       ctx.params = match.params;
       ctx.family = match.route.family;
     }
-    this.inflight++;
     this.live.add(ctx);
     const capped = this.admitClient(ctx, res);
     const done = this.readBody(ctx, method, match) ?? capped;
@@ -354,7 +352,7 @@ export class HttpServer {
       if (n > 0) this.perClient.set(ctx.client, n);
       else this.perClient.delete(ctx.client);
     }
-    if (--this.inflight === 0) {
+    if (this.live.size === 0) {
       const w = this.drainWaiters;
       this.drainWaiters = [];
       for (const f of w) f();

@@ -2,6 +2,7 @@ import { parentPort } from 'node:worker_threads';
 import { ApiError } from '../errors.js';
 import { parse } from '../http/validate.js';
 import type { ServedModel } from './engine-api.js';
+import { checkStateChars } from './evaluator/evaluate.js';
 import { prefixText } from './evaluator/prompt.js';
 import { ChatCompletionRequest, CompletionRequest, EvaluationRequest } from './protocol.js';
 import type { ScreenJob, ScreenResult } from './screen.js';
@@ -31,15 +32,8 @@ const screens: Record<ScreenJob['kind'], Screen> = {
     const req = parse(EvaluationRequest, value);
     const m = model(req.model ?? undefined);
     if (m?.kind !== 'evaluation') return;
-    const chars = prefixText(req.state).length;
-    const tokensMin = Math.ceil(chars / m.charsPerTokenMax);
-    // The same refusal planEvaluation makes, before the state is copied back.
-    if (tokensMin >= m.contextLength) {
-      throw new ApiError('invalid', `the state takes ${chars} characters, at least ${tokensMin} tokens; model ${m.id} reads at most ${m.contextLength} tokens in all`, {
-        param: 'state',
-        code: 'context_length_exceeded',
-      });
-    }
+    // planEvaluation's own refusal, made here before the state is copied back.
+    checkStateChars(m, prefixText(req.state));
   },
 };
 

@@ -59,8 +59,18 @@ function memoEncoder(engine: EvalEngine, modelId: string): Encode {
   return (text) => {
     let t = seen.get(text);
     if (!t) seen.set(text, (t = engine.encode(modelId, text)));
-    return t.then((ids) => [...ids]);
+    // Shared, not copied: every caller slices or spreads what it keeps.
+    return t;
   };
+}
+
+/**
+ * Refuses a state that cannot fit before it is tokenised: no token stands for more than
+ * `charsPerTokenMax` characters (the screening thread applies the same rule to large bodies).
+ */
+export function checkStateChars(model: ServedModel, prefix: string): void {
+  const tokensMin = Math.ceil(prefix.length / model.charsPerTokenMax);
+  if (tokensMin >= model.contextLength) throw stateTooLong(model, `${prefix.length} characters, at least ${tokensMin} tokens`);
 }
 
 const stateTooLong = (model: ServedModel, size: string) =>
@@ -88,8 +98,7 @@ export async function planEvaluation(engine: EvalEngine, model: ServedModel, req
   const prefix = prefixText(req.state);
   // No token stands for more than charsPerTokenMax characters: a state too long by that
   // bound is refused before the tokenizer spends seconds on it.
-  const prefixTokensMin = Math.ceil(prefix.length / model.charsPerTokenMax);
-  if (prefixTokensMin >= model.contextLength) throw stateTooLong(model, `${prefix.length} characters, at least ${prefixTokensMin} tokens`);
+  checkStateChars(model, prefix);
   const prefixTokens = [...engine.bosTokens(model.id), ...(await engine.encode(model.id, prefix))];
   if (prefixTokens.length >= model.contextLength) throw stateTooLong(model, `${prefixTokens.length} tokens`);
   const room = model.contextLength - prefixTokens.length;
