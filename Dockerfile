@@ -1,18 +1,30 @@
 # syntax=docker/dockerfile:1
 # cloudgate: one daemon, two ports (platform 8000, inference 8001), embedded PostgreSQL.
 #
-# Node: 20. Node 22 LTS would be the base, but the HTTP server (uWebSockets.js,
-# from npm as @trufflesuite/uws-js-unofficial 20.30.0) ships native binaries for
-# Node ABIs 93, 108 and 115 only (Node 16, 18, 20): on Node 22 (ABI 127) the
-# daemon refuses to start rather than run on the package's slow JS fallback
-# (src/http/uws.ts). Raise NODE_MAJOR with a uWebSockets.js that carries the
-# ABI 127 binary; test/docker.test.ts checks that the image's Node has one.
-ARG NODE_MAJOR=20
+# Node: 22 LTS. The HTTP server that `npm ci` installs (uWebSockets.js, from npm
+# as @trufflesuite/uws-js-unofficial 20.30.0) ships native binaries for Node ABIs
+# 93, 108 and 115 only (Node 16, 18, 20): on Node 22 (ABI 127) the daemon would
+# refuse to start rather than run on its slow JS fallback (src/http/uws.ts). The
+# image therefore replaces it with uWebSockets.js's own release UWS_RELEASE, whose
+# binaries carry ABI 127 but need glibc 2.38 or later: hence Debian 13 (trixie,
+# glibc 2.41), not bookworm (2.36). `npm ci` and `npm start` outside the image stay
+# on Node 20 with the npm package. Build with NODE_MAJOR=20 for the npm package
+# alone (then UWS_RELEASE is not fetched).
+# UNTESTED HERE: no Docker engine and no GitHub where this project is built;
+# test/docker.test.ts checks the file, not a build.
+ARG NODE_MAJOR=22
+ARG UWS_RELEASE=v20.56.0
 
-FROM node:${NODE_MAJOR}-bookworm-slim AS build
+FROM node:${NODE_MAJOR}-trixie-slim AS build
+ARG NODE_MAJOR
+ARG UWS_RELEASE
 WORKDIR /app
 COPY package.json package-lock.json .npmrc ./
-RUN npm ci
+RUN npm ci \
+ && if [ "$NODE_MAJOR" != 20 ]; then \
+      npm install --no-save --ignore-scripts "uWebSockets.js@github:uNetworking/uWebSockets.js#${UWS_RELEASE}" \
+      && node -e "require('uWebSockets.js').SSLApp || process.exit(1)"; \
+    fi
 COPY tsconfig.json ./
 COPY src ./src
 COPY bench ./bench
@@ -20,7 +32,7 @@ COPY test/daemon.ts ./test/daemon.ts
 RUN npm run build \
  && node dist/src/inference/convert/default-models.js /app/models
 
-FROM node:${NODE_MAJOR}-bookworm-slim AS runtime
+FROM node:${NODE_MAJOR}-trixie-slim AS runtime
 ARG VERSION=0.1.0
 ARG TARGETARCH
 LABEL org.opencontainers.image.title="cloudgate" \
@@ -48,9 +60,11 @@ COPY package.json package-lock.json .npmrc ./
 COPY deploy/prune-foreign-binaries.mjs ./deploy/
 # Production dependencies only, without the native binaries for other systems
 # (onnxruntime-node's darwin/win32/arm64 builds alone are about 245 MiB).
-RUN npm ci --omit=dev \
- && node deploy/prune-foreign-binaries.mjs node_modules --arch "$([ "$TARGETARCH" = arm64 ] && echo arm64 || echo x64)" \
- && npm cache clean --force
+RUN npm ci --omit=dev && rm -rf node_modules/uWebSockets.js && npm cache clean --force
+# The HTTP server the build stage loaded on this Node (the release above, or npm's on Node 20).
+COPY --from=build /app/node_modules/uWebSockets.js ./node_modules/uWebSockets.js
+RUN node deploy/prune-foreign-binaries.mjs node_modules --arch "$([ "$TARGETARCH" = arm64 ] && echo arm64 || echo x64)" \
+ && node -e "require('uWebSockets.js').SSLApp || process.exit(1)"
 COPY --from=build /app/dist ./dist
 COPY --from=build /app/models ./models
 # Migrations are read from src/db/migrations at start.

@@ -8,10 +8,16 @@ import { bootstrapAdmin } from './auth/issuance.js';
 import { issuanceRoutes } from './auth/routes.js';
 import { Router, type Route } from './http/router.js';
 import { HttpServer } from './http/server.js';
-import { opsRoutes, type ReadyCheck } from './ops/routes.js';
+import { openApiRoute, opsRoutes, VERSION, type ReadyCheck } from './ops/routes.js';
+import { ResponseCheck } from './http/response-check.js';
 import { enableDefaultMetrics } from './metrics.js';
 import { log } from './log.js';
 import { ApiError } from './errors.js';
+
+const PLATFORM_API_DESCRIPTION =
+  'GPU pods, offers, network disks, teams, wallets and billing, evaluation records and admin operations. Errors answer {errors: [{param, details}]}, details naming the field, the rule and the value given.';
+const INFERENCE_API_DESCRIPTION =
+  'OpenAI-compatible chat and text completions (under /v1 and /api/v1), typed evaluations and the AI SDK gateway path /v4/ai/evaluation-model. Errors answer OpenAI\'s {error: {message, type, code, param}}.';
 
 /** What the route families get: configuration, the database, and lifecycle hooks. */
 export interface Services {
@@ -98,6 +104,10 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
     if (r.inference) inference.addAll(r.inference);
   }
 
+  // Last, so each document lists every route of its address (itself included).
+  platform.add(openApiRoute(platform, 'platform', { title: 'cloudgate platform API', version: VERSION, description: PLATFORM_API_DESCRIPTION }));
+  inference.add(openApiRoute(inference, 'inference', { title: 'cloudgate inference API', version: VERSION, description: INFERENCE_API_DESCRIPTION }));
+
   const common = {
     auth: services.auth,
     bodyBytesMax: config.MAX_BODY_BYTES,
@@ -106,6 +116,7 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
     clientInflightMax: config.CLIENT_INFLIGHT_MAX,
     host: config.HOST,
     cors: config.CORS_ORIGINS,
+    check: config.CHECK_RESPONSE_SCHEMAS ? await ResponseCheck.create() : undefined,
   };
   const servers = [
     new HttpServer({ ...common, name: 'platform', port: config.PORT, family: 'platform', router: platform }),
@@ -119,7 +130,7 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
     }),
   ];
   const [platformPort, inferencePort] = await Promise.all(servers.map((s) => s.listen()));
-  log.info({ platformPort, inferencePort, host: config.HOST, database: embedded ? 'embedded' : 'external' }, 'listening');
+  log.info({ platformPort, inferencePort, host: config.HOST, database: embedded ? 'embedded' : 'external', checkResponseSchemas: config.CHECK_RESPONSE_SCHEMAS || undefined }, 'listening');
 
   let done: Promise<void> | undefined;
   const shutdown = () =>

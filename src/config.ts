@@ -2,6 +2,7 @@ import path from 'node:path';
 import { z } from 'zod';
 import { parseCorsOrigins } from './http/cors.js';
 import { MODEL_DTYPES } from './inference/convert/model-config.js';
+import { LOG_FORMATS } from './log.js';
 
 // Every setting of the daemon, read from the environment once at start and
 // validated here. A bad value stops the start with a message naming the
@@ -24,6 +25,11 @@ const envSchema = z.object({
   // Bootstrap admin key: a principal with admin:* exists for it while it is set.
   ADMIN_API_KEY: z.string().min(16, 'must be at least 16 characters').optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  // json (default), ecs (Elastic Common Schema) or pretty (a terminal): src/log.ts.
+  LOG_FORMAT: z.enum(LOG_FORMATS).default('json'),
+  // Test mode: every answer is checked against its route's declared schema (/openapi.json);
+  // a mismatch is logged as an error and a success answer becomes a 500. Needs ajv (dev dependency).
+  CHECK_RESPONSE_SCHEMAS: bool.default(false),
   MODELS_DIR: z.string().min(1).default('./models'),
   // Platform JSON bodies are small records; 1 MiB is generous and bounds memory per request.
   MAX_BODY_BYTES: int(1024, 1 << 30).default(1 << 20),

@@ -1,19 +1,33 @@
-import { pino } from 'pino';
+import { ecsFormat } from '@elastic/ecs-pino-format';
+import { pino, type LoggerOptions } from 'pino';
+import pretty from 'pino-pretty';
 
-// One JSON logger for the process. Secrets never reach it: the request logger
+// One logger for the process. Secrets never reach it: the request logger
 // records route, status and ids only, and these paths are redacted as a backstop.
-/** `level` as its name (`"info"`), as log pipelines (Loki, Cloud Logging, ELK) expect, not pino's number. */
-const formatters = { level: (label: string) => ({ level: label }) };
+//
+// LOG_FORMAT (checked with the other settings in src/config.ts):
+// - `json` (default): one JSON object per line, `level` as its name (`"info"`), as log
+//   pipelines (Loki, Cloud Logging, Datadog) expect, not pino's number;
+// - `ecs`: Elastic Common Schema (`@timestamp`, `log.level`, `message`), by Elastic's own
+//   pino formatter, for Elasticsearch and Kibana without an ingest pipeline;
+// - `pretty`: pino-pretty's human-readable lines, for a terminal (written synchronously).
+export const LOG_FORMATS = ['json', 'ecs', 'pretty'] as const;
+const format = (LOG_FORMATS as readonly string[]).includes(process.env.LOG_FORMAT ?? '') ? process.env.LOG_FORMAT : 'json';
+const shape: LoggerOptions =
+  format === 'ecs' ? ecsFormat({ apmIntegration: false }) : { formatters: { level: (label: string) => ({ level: label }) } };
+const level = process.env.LOG_LEVEL ?? 'info';
+const prettyStream = format === 'pretty' ? pretty({ sync: true, colorize: false }) : undefined;
 
-export const log = pino({
-  level: process.env.LOG_LEVEL ?? 'info',
-  formatters,
+const logOptions: LoggerOptions = {
+  ...shape,
+  level,
   base: { pid: process.pid },
   redact: {
     paths: ['authorization', '*.authorization', 'headers.authorization', 'apiKey', '*.apiKey', 'secret', '*.secret'],
     censor: '[redacted]',
   },
-});
+};
+export const log = prettyStream ? pino(logOptions, prettyStream) : pino(logOptions);
 
 /**
  * The one-line-per-request log. Its lines hold only fields the server picks
@@ -43,7 +57,7 @@ const gathering = {
     if (pendingBytes >= ACCESS_LOG_BUFFER_BYTES) flushAccess();
   },
 };
-export const accessLog = pino({ level: process.env.LOG_LEVEL ?? 'info', base: { pid: process.pid }, formatters }, gathering);
+export const accessLog = pino({ ...shape, level, base: { pid: process.pid } }, prettyStream ?? gathering);
 setInterval(flushAccess, ACCESS_LOG_FLUSH_MS).unref();
 process.on('exit', () => {
   flushAccess();

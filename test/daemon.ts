@@ -50,6 +50,9 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir?: st
       METER_INTERVAL_MS: '250',
       // As npm start and the image run it (package.json, Dockerfile).
       MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? '2',
+      // Under vitest every answer is checked against /openapi.json's declaration of its route;
+      // stopDaemon fails on any mismatch. Benchmarks (not vitest) run without the check.
+      CHECK_RESPONSE_SCHEMAS: process.env.VITEST ? '1' : '0',
       ...env,
     },
     stdio: ['ignore', out, out],
@@ -116,7 +119,17 @@ export async function fundedKey(d: DaemonInfo, funds: number, permissions = ['in
 }
 
 export async function stopDaemon(d: Started, signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
-  if (d.proc.exitCode !== null) return d.proc.exitCode;
-  d.proc.kill(signal);
-  return d.exited;
+  if (d.proc.exitCode === null) d.proc.kill(signal);
+  const code = await d.exited;
+  assertResponsesMatchSchemas(d.logFile);
+  return code;
+}
+
+/** Throws when the daemon logged an answer that broke its route's declared schema (CHECK_RESPONSE_SCHEMAS). */
+export function assertResponsesMatchSchemas(logFile: string): void {
+  const bad = fs
+    .readFileSync(logFile, 'utf8')
+    .split('\n')
+    .filter((l) => l.includes('"msg":"response does not match its declared schema"'));
+  if (bad.length) throw new Error(`${bad.length} answers did not match their declared schemas (/openapi.json):\n${bad.slice(0, 20).join('\n')}`);
 }

@@ -42,3 +42,83 @@ export const CreateKeyBody = z.object({
   name: z.string().max(200, 'must be at most 200 characters').nullish(),
   rateLimits: RateLimitsBody.nullish(),
 });
+
+// ---------------------------------------------------------------- answers
+// Response schemas: /openapi.json is generated from them and the end-to-end suite checks
+// every answer against them (CHECK_RESPONSE_SCHEMAS). Comments name where each is built.
+
+// =============================================================== auth issuance (auth/routes.ts, auth/issuance.ts)
+// All enveloped `{ data, status: 'success' }` (auth/routes.ts:10, :61, :73, :82).
+
+/** auth/principal.ts:16; keys are written only through CreateKeyBody's enum or bootstrapAdmin (['admin:*']). */
+export const Permission = z.enum(PERMISSIONS);
+
+/**
+ * A key's own rate limits (issuance.ts:260 stripNulls): only the keys that were sent non-null
+ * are present, so `{}` is possible; null when none were set (and for the bootstrap key).
+ */
+export const RateLimits = z.object({
+  requestsPerMinute: z.number().int().optional(),
+  tokensPerMinute: z.number().int().optional(),
+});
+
+/** POST /api/admin/users: issuance.ts:104. */
+export const User = z.object({
+  id: z.string(),
+  name: z.string(),
+  email: z.string(),
+  createdAt: z.string(),
+  walletId: z.string(),
+});
+
+/** POST /api/admin/teams: issuance.ts:134. */
+export const Team = z.object({
+  id: z.string(),
+  name: z.string(),
+  slug: z.string(),
+  email: z.string().nullable(),
+  hasBetaAccess: z.literal(false), // always false on creation
+  createdAt: z.string(),
+  walletId: z.string(),
+});
+
+/** POST /api/admin/teams/:teamId/members: issuance.ts:153. */
+export const Membership = z.object({
+  teamId: z.string(),
+  userId: z.string(),
+  role: z.enum(['ADMIN', 'MEMBER']),
+  joinedAt: z.string(),
+});
+
+/** POST /api/admin/api-keys: issuance.ts:173. The only answer carrying the secret `key`. */
+export const IssuedKey = z.object({
+  id: z.string(),
+  key: z.string(),
+  userId: z.string(),
+  name: z.string().nullable(),
+  permissions: z.array(Permission),
+  rateLimits: RateLimits.nullable(),
+  createdAt: z.string(),
+});
+
+/** PATCH /api/admin/api-keys/:keyId: issuance.ts:205 (not the full key view). */
+export const KeyRateLimitsSet = z.object({
+  id: z.string(),
+  userId: z.string(),
+  rateLimits: RateLimits.nullable(),
+});
+
+/** issuance.ts:247 keyView: DELETE /api/admin/api-keys/:keyId and list items. */
+export const ApiKey = z.object({
+  id: z.string(),
+  userId: z.string(),
+  name: z.string().nullable(),
+  prefix: z.string(),
+  permissions: z.array(Permission),
+  rateLimits: RateLimits.nullable(),
+  createdAt: z.string(),
+  revokedAt: z.string().nullable(), // always a string on DELETE
+});
+/** GET /api/admin/users/:userId/api-keys: issuance.ts:233 (bare array inside data). */
+export const ApiKeyList = z.array(ApiKey);
+

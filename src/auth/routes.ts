@@ -1,8 +1,8 @@
 import type { Sql } from '../db/index.js';
 import { parse } from '../http/validate.js';
-import type { Route } from '../http/router.js';
+import { adminEnvelope, routeDoc as doc, type Route } from '../http/router.js';
 import type { Authenticator } from './authenticator.js';
-import { AddMemberBody, CreateKeyBody, CreateTeamBody, CreateUserBody, PatchKeyBody } from './protocol.js';
+import { AddMemberBody, ApiKey, ApiKeyList, CreateKeyBody, CreateTeamBody, CreateUserBody, IssuedKey, KeyRateLimitsSet, Membership, PatchKeyBody, Team, User } from './protocol.js';
 import { addMember, assertGrantable, createApiKey, createTeam, createUser, listApiKeys, revokeApiKey, setKeyRateLimits } from './issuance.js';
 
 // Admin issuance routes. Each answers `{data, status}` like the other admin routes.
@@ -13,6 +13,7 @@ export function issuanceRoutes(sql: Sql, auth: Authenticator): Route[] {
     {
       ...base,
       path: '/api/admin/users',
+      doc: doc('admin', 'Creates a user with a personal wallet', { 201: adminEnvelope(User) }, { body: CreateUserBody }),
       handler: async (ctx) => {
         const b = parse(CreateUserBody, await ctx.json());
         return ok(await createUser(sql, b.name, b.email));
@@ -21,6 +22,7 @@ export function issuanceRoutes(sql: Sql, auth: Authenticator): Route[] {
     {
       ...base,
       path: '/api/admin/teams',
+      doc: doc('admin', 'Creates a team with its wallet', { 201: adminEnvelope(Team) }, { body: CreateTeamBody }),
       handler: async (ctx) => {
         const b = parse(CreateTeamBody, await ctx.json());
         return ok(await createTeam(sql, b.name, b.slug, b.email));
@@ -29,6 +31,7 @@ export function issuanceRoutes(sql: Sql, auth: Authenticator): Route[] {
     {
       ...base,
       path: '/api/admin/teams/:teamId/members',
+      doc: doc('admin', 'Adds a user to a team', { 201: adminEnvelope(Membership) }, { body: AddMemberBody }),
       handler: async (ctx) => {
         const b = parse(AddMemberBody, await ctx.json());
         return ok(await addMember(sql, ctx.params.teamId!, b.userId, b.role));
@@ -37,6 +40,7 @@ export function issuanceRoutes(sql: Sql, auth: Authenticator): Route[] {
     {
       ...base,
       path: '/api/admin/api-keys',
+      doc: doc('admin', 'Issues an API key (only permissions the caller holds); the secret is shown once', { 201: adminEnvelope(IssuedKey) }, { body: CreateKeyBody }),
       handler: async (ctx) => {
         const b = parse(CreateKeyBody, await ctx.json());
         assertGrantable(ctx.principal, b.permissions);
@@ -49,6 +53,7 @@ export function issuanceRoutes(sql: Sql, auth: Authenticator): Route[] {
       ...base,
       method: 'PATCH',
       path: '/api/admin/api-keys/:keyId',
+      doc: doc('admin', "Sets a key's own rate limits (null: the defaults)", { 200: adminEnvelope(KeyRateLimitsSet) }, { body: PatchKeyBody }),
       handler: async (ctx) => {
         const b = parse(PatchKeyBody, await ctx.json());
         const r = await setKeyRateLimits(sql, ctx.principal, ctx.params.keyId!, b.rateLimits);
@@ -61,6 +66,7 @@ export function issuanceRoutes(sql: Sql, auth: Authenticator): Route[] {
       ...base,
       method: 'DELETE',
       path: '/api/admin/api-keys/:keyId',
+      doc: doc('admin', 'Revokes a key', { 200: adminEnvelope(ApiKey) }),
       handler: async (ctx) => {
         const r = await revokeApiKey(sql, ctx.principal, ctx.params.keyId!);
         auth.invalidate();
@@ -72,6 +78,7 @@ export function issuanceRoutes(sql: Sql, auth: Authenticator): Route[] {
       ...base,
       method: 'GET',
       path: '/api/admin/users/:userId/api-keys',
+      doc: doc('admin', "A user's keys, without their secrets", { 200: adminEnvelope(ApiKeyList) }),
       handler: async (ctx) => ({ status: 200, body: { data: await listApiKeys(sql, ctx.params.userId!), status: 'success' } }),
     },
   ];

@@ -1,6 +1,8 @@
+import type { z } from 'zod';
 import { ApiError, type ApiFamily } from '../errors.js';
 import type { HttpResponse } from './uws.js';
 import type { Principal } from '../auth/principal.js';
+import type { Route } from './router.js';
 
 /** Query string parsed once; repeatable keys keep every value (`?pod_ids=a&pod_ids=b`). */
 export class Query {
@@ -77,6 +79,20 @@ export class Ctx {
     readonly requestId: string,
     public family: ApiFamily,
   ) {}
+
+  /** The route this request matched (undefined for a 404 or 405). */
+  matched: Route | undefined;
+  /** CHECK_RESPONSE_SCHEMAS: sees every answer; returns a replacement for one that breaks its declaration. */
+  inspect: { whole(status: number, contentType: string, body: string | Buffer): { status: number; body: string } | undefined; event(chunk: string): void } | undefined;
+
+  /** The query as the route's `doc.query` parsed it (set by the server before the handler). */
+  parsedQuery: { schema: z.ZodObject; value: unknown } | undefined;
+
+  /** The parsed query; `schema` must be the one the route declares, so what is read is what is documented. */
+  queryOf<S extends z.ZodObject>(schema: S): z.infer<S> {
+    if (this.parsedQuery?.schema !== schema) throw new Error(`route ${this.route} reads a query schema it does not declare in doc.query`);
+    return this.parsedQuery.value as z.infer<S>;
+  }
 
   get signal(): AbortSignal {
     return this.abortController.signal;
@@ -163,6 +179,8 @@ export class Ctx {
   /** Writes a whole response once. Returns false when the client is gone. */
   send(status: number, body: string | Buffer, contentType: string, headers?: Record<string, string>, close = false): boolean {
     if (this.responded || this.aborted) return false;
+    const replaced = this.inspect?.whole(status, contentType, body);
+    if (replaced) ({ status, body } = replaced);
     this.responded = true;
     this.status = status;
     this.res.cork(() => {
@@ -195,6 +213,7 @@ export class Ctx {
    */
   async write(chunk: string): Promise<boolean> {
     if (this.aborted) return false;
+    this.inspect?.event(chunk);
     let ok = false;
     this.res.cork(() => {
       ok = this.res.write(chunk);

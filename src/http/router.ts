@@ -1,3 +1,4 @@
+import { z } from 'zod';
 import type { ApiFamily } from '../errors.js';
 import type { Ctx } from './context.js';
 import type { Permission } from '../auth/principal.js';
@@ -17,12 +18,57 @@ export interface Reply {
   headers?: Record<string, string>;
 }
 
+/**
+ * A success answer as /openapi.json declares it: a JSON document of a schema (a zod schema
+ * alone says that), or any of JSON, a server-sent event stream whose `data:` lines are
+ * documents of a schema, text of a content type, or no body.
+ */
+export type ResponseDoc = z.ZodType | ResponseKinds;
+export interface ResponseKinds {
+  json?: z.ZodType;
+  sse?: z.ZodType;
+  text?: string;
+  empty?: true;
+}
+export const responseKinds = (d: ResponseDoc): ResponseKinds => ('_zod' in d ? { json: d as z.ZodType } : (d as ResponseKinds));
+
+/**
+ * What a route takes and answers, from the zod schemas its handler uses: /openapi.json is
+ * generated from it (src/http/openapi.ts), and with CHECK_RESPONSE_SCHEMAS=1 every answer is
+ * checked against it (the end-to-end suite runs that way). Path parameters come from the path.
+ * Error answers are the family's error body and need not be listed.
+ */
+export interface RouteDoc {
+  /** One line: what the route does. */
+  summary: string;
+  /** Grouping in the document (`pods`, `chat`, ...). */
+  tag: string;
+  /** The request body's schema (its input side: what a client sends). */
+  body?: z.ZodType;
+  /** The query parameters: parsed by the server before the handler, read with `ctx.queryOf`. */
+  query?: z.ZodObject;
+  /** Success answers by status. */
+  responses: Partial<Record<number, ResponseDoc>>;
+}
+
+/** A route's description in one call: `routeDoc('pods', 'One pod', { 200: Pod })`. */
+export const routeDoc = (tag: string, summary: string, responses: RouteDoc['responses'], extra: Pick<RouteDoc, 'body' | 'query'> = {}): RouteDoc => ({
+  tag,
+  summary,
+  responses,
+  ...extra,
+});
+
+/** The admin answers' envelope, `{data, status}`; `status` is 'success' unless the route says which. */
+export const adminEnvelope = (data: z.ZodType, statuses: [string, ...string[]] = ['success']) => z.object({ data, status: z.enum(statuses) });
+
 /** A platform-family route; `extra` sets its own body limit or deadline. */
-export const platformRoute = (method: Method, path: string, auth: RouteAuth, handler: Handler, extra: Partial<Route> = {}): Route => ({
+export const platformRoute = (method: Method, path: string, auth: RouteAuth, doc: RouteDoc, handler: Handler, extra: Partial<Route> = {}): Route => ({
   method,
   path,
   family: 'platform',
   auth,
+  doc,
   handler,
   ...extra,
 });
@@ -38,6 +84,8 @@ export interface Route {
   /** A permission (`instances:read`), `'authenticated'` (any valid key), or `'public'`. */
   auth: RouteAuth;
   handler: Handler;
+  /** Its description: required, so a route cannot exist without one. */
+  doc: RouteDoc;
   /** Body limit for this route; the server default otherwise. */
   bodyBytesMax?: number;
   /** Deadline for this route; null for handlers that manage their own (streams). */
@@ -69,6 +117,8 @@ function decode(seg: string): string | null {
 }
 
 export class Router {
+  /** Every route, in registration order (for the OpenAPI document). */
+  readonly routes: Route[] = [];
   private readonly statics = new Map<string, Route>();
   private readonly dynamic: Compiled[] = [];
   private readonly pathsSeen = new Map<string, Set<Method>>();
@@ -76,6 +126,7 @@ export class Router {
   add(route: Route): this {
     const path = normalise(route.path);
     const key = `${route.method} ${path}`;
+    this.routes.push(route);
     if (!path.includes(':') && !path.includes('*')) {
       if (this.statics.has(key)) throw new Error(`duplicate route ${key}`);
       this.statics.set(key, route);

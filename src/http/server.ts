@@ -6,7 +6,9 @@ import type { Authenticator } from '../auth/authenticator.js';
 import { can } from '../auth/principal.js';
 import { Ctx, Query } from './context.js';
 import { corsHeaders, preflightHeaders, type CorsOrigins } from './cors.js';
-import { sendError, sendReply } from './respond.js';
+import { parseQuery } from './query.js';
+import type { ResponseCheck } from './response-check.js';
+import { sendError, sendReply, toHttpError } from './respond.js';
 import type { Match, Method, Router } from './router.js';
 import { loadUws, type HttpResponse, type HttpRequest, type us_listen_socket } from './uws.js';
 
@@ -67,6 +69,8 @@ export interface ServerOptions {
   cors?: CorsOrigins;
   /** Appended to a 404's message: where this address's API lives. */
   notFoundHint?: string;
+  /** CHECK_RESPONSE_SCHEMAS: every answer checked against its route's declaration. */
+  check?: ResponseCheck;
 }
 
 /** One listening address: routes, limits, auth, logging, metrics, graceful close. */
@@ -160,7 +164,9 @@ export class HttpServer {
       ctx.extraHeaders = corsHeaders(cors, origin);
     }
     const { match, allowed } = this.opts.router.match(method, path);
+    if (this.opts.check) this.inspect(ctx, this.opts.check);
     if (match) {
+      ctx.matched = match.route;
       ctx.route = match.route.path;
       ctx.params = match.params;
       ctx.family = match.route.family;
@@ -169,6 +175,29 @@ export class HttpServer {
     const capped = this.admitClient(ctx, res);
     const done = this.readBody(ctx, method, match) ?? capped;
     void this.handle(ctx, match, allowed, done).finally(() => this.finish(ctx));
+  }
+
+  /** CHECK_RESPONSE_SCHEMAS: a mismatch is logged (the test harness fails on the line) and a success answer becomes a 500. */
+  private inspect(ctx: Ctx, check: ResponseCheck): void {
+    const report = (status: number, issue: string) => {
+      log.error({ reqId: ctx.requestId, route: ctx.route, method: ctx.method, status, issue }, 'response does not match its declared schema');
+    };
+    ctx.inspect = {
+      whole: (status, contentType, body) => {
+        const issue = check.check(ctx.matched, ctx.family, status, contentType, body);
+        if (!issue) return undefined;
+        report(status, issue);
+        if (status >= 400) return undefined;
+        return { status: 500, body: JSON.stringify(toHttpError(new ApiError('internal', `response schema mismatch (CHECK_RESPONSE_SCHEMAS): ${issue}`), ctx.family).body) };
+      },
+      event: (chunk) => {
+        for (const line of chunk.split('\n')) {
+          if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
+          const issue = check.checkEvent(ctx.matched, ctx.family, line.slice(6));
+          if (issue) report(ctx.status, `event: ${issue}`);
+        }
+      },
+    };
   }
 
   /** Counts the request against its client's cap; the refusal to answer at once, if over it. */
@@ -271,6 +300,7 @@ export class HttpServer {
           throw new ApiError('forbidden', `this API key lacks the permission ${route.auth}`, { param: 'authorization' });
         }
       }
+      if (route.doc.query) ctx.parsedQuery = { schema: route.doc.query, value: parseQuery(route.doc.query, ctx.query) };
       const reply = await route.handler(ctx);
       if (reply) sendReply(ctx, reply);
       else if (!ctx.responded && !ctx.aborted) throw new Error(`handler for ${route.path} returned no reply`);

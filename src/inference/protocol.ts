@@ -178,83 +178,101 @@ export const CompletionRequest = strictObject(completion, notSupported(Object.ke
 });
 export type CompletionRequest = z.infer<typeof CompletionRequest>;
 
-export interface LegacyLogprobs {
-  tokens: string[];
-  token_logprobs: number[];
-  top_logprobs: Array<Record<string, number>>;
-  text_offset: number[];
-}
+// ---------------------------------------------------------------- answers
+// Response schemas: the handlers' types are inferred from them, /openapi.json is generated
+// from them, and the end-to-end suite checks every answer against them.
 
-export interface Completion {
-  id: string;
-  object: 'text_completion';
-  created: number;
-  model: string;
-  system_fingerprint: string | null;
-  choices: Array<{ index: number; text: string; logprobs: LegacyLogprobs | null; finish_reason: FinishReason | null }>;
-  usage?: Usage | null;
-}
+export const LegacyLogprobs = z.object({
+  tokens: z.array(z.string()),
+  token_logprobs: z.array(z.number()),
+  top_logprobs: z.array(z.record(z.string(), z.number())),
+  text_offset: z.array(z.number().int()),
+});
+export type LegacyLogprobs = z.infer<typeof LegacyLogprobs>;
 
-export type FinishReason = 'stop' | 'length' | 'tool_calls';
+export const FinishReason = z.enum(['stop', 'length', 'tool_calls']);
+export type FinishReason = z.infer<typeof FinishReason>;
 
-export interface Usage {
-  prompt_tokens: number;
-  completion_tokens: number;
-  total_tokens: number;
-}
+export const Usage = z.object({ prompt_tokens: z.number().int(), completion_tokens: z.number().int(), total_tokens: z.number().int() });
+export type Usage = z.infer<typeof Usage>;
 
+export const Completion = z.object({
+  id: z.string(),
+  object: z.literal('text_completion'),
+  created: z.number().int(),
+  model: z.string(),
+  system_fingerprint: z.string().nullable(),
+  choices: z.array(z.object({ index: z.number().int(), text: z.string(), logprobs: LegacyLogprobs.nullable(), finish_reason: FinishReason.nullable() })),
+  usage: Usage.nullish(),
+});
+export type Completion = z.infer<typeof Completion>;
+
+const TopLogprob = z.object({ token: z.string(), logprob: z.number(), bytes: z.array(z.number().int()).nullable() });
 /** OpenAI's per-token logprob item. */
-export interface LogprobItem {
-  token: string;
-  logprob: number;
-  bytes: number[] | null;
-  top_logprobs: Array<{ token: string; logprob: number; bytes: number[] | null }>;
-}
-export type ChoiceLogprobs = { content: LogprobItem[]; refusal: null } | null;
+export const LogprobItem = TopLogprob.extend({ top_logprobs: z.array(TopLogprob) });
+export type LogprobItem = z.infer<typeof LogprobItem>;
+export const ChoiceLogprobs = z.object({ content: z.array(LogprobItem), refusal: z.null() }).nullable();
+export type ChoiceLogprobs = z.infer<typeof ChoiceLogprobs>;
 
-export interface ToolCall {
-  id: string;
-  type: 'function';
-  function: { name: string; arguments: string };
-}
+export const ToolCall = z.object({ id: z.string(), type: z.literal('function'), function: z.object({ name: z.string(), arguments: z.string() }) });
+export type ToolCall = z.infer<typeof ToolCall>;
 
-export interface ChatCompletion {
-  id: string;
-  object: 'chat.completion';
-  created: number;
-  model: string;
-  system_fingerprint: string | null;
-  choices: Array<{ index: number; message: { role: 'assistant'; content: string | null; tool_calls?: ToolCall[] }; finish_reason: FinishReason; logprobs: ChoiceLogprobs }>;
-  usage: Usage;
-}
+export const ChatCompletion = z.object({
+  id: z.string(),
+  object: z.literal('chat.completion'),
+  created: z.number().int(),
+  model: z.string(),
+  system_fingerprint: z.string().nullable(),
+  choices: z.array(
+    z.object({
+      index: z.number().int(),
+      message: z.object({ role: z.literal('assistant'), content: z.string().nullable(), tool_calls: z.array(ToolCall).optional() }),
+      finish_reason: FinishReason,
+      logprobs: ChoiceLogprobs,
+    }),
+  ),
+  usage: Usage,
+});
+export type ChatCompletion = z.infer<typeof ChatCompletion>;
 
-export interface ChatCompletionChunk {
-  id: string;
-  object: 'chat.completion.chunk';
-  created: number;
-  model: string;
-  system_fingerprint: string | null;
-  choices: Array<{
-    index: number;
-    delta: { role?: 'assistant'; content?: string | null; tool_calls?: Array<{ index: number; id?: string; type?: 'function'; function: { name?: string; arguments: string } }> };
-    finish_reason: FinishReason | null;
-    logprobs: ChoiceLogprobs;
-  }>;
-  usage?: Usage | null;
-}
+export const ChatCompletionChunk = z.object({
+  id: z.string(),
+  object: z.literal('chat.completion.chunk'),
+  created: z.number().int(),
+  model: z.string(),
+  system_fingerprint: z.string().nullable(),
+  choices: z.array(
+    z.object({
+      index: z.number().int(),
+      delta: z.object({
+        role: z.literal('assistant').optional(),
+        content: z.string().nullish(),
+        tool_calls: z
+          .array(z.object({ index: z.number().int(), id: z.string().optional(), type: z.literal('function').optional(), function: z.object({ name: z.string().optional(), arguments: z.string() }) }))
+          .optional(),
+      }),
+      finish_reason: FinishReason.nullable(),
+      logprobs: ChoiceLogprobs,
+    }),
+  ),
+  usage: Usage.nullish(),
+});
+export type ChatCompletionChunk = z.infer<typeof ChatCompletionChunk>;
 
 // ---------------------------------------------------------------- models
 
-export interface ModelObject {
-  id: string;
-  object: 'model';
-  created: number;
-  owned_by: string;
+export const ModelObject = z.object({
+  id: z.string(),
+  object: z.literal('model'),
+  created: z.number().int(),
+  owned_by: z.string(),
   /** vLLM's field: the context length, prompt and completion together. */
-  max_model_len: number;
+  max_model_len: z.number().int().describe('the context length, prompt and completion together (vLLM)'),
   /** `chat` (chat and completions) or `evaluation` (typed evaluations only). */
-  kind: 'chat' | 'evaluation';
-}
+  kind: z.enum(['chat', 'evaluation']).describe('chat: chat and completions; evaluation: typed evaluations only'),
+});
+export type ModelObject = z.infer<typeof ModelObject>;
+export const ModelList = z.object({ object: z.literal('list'), data: z.array(ModelObject) });
 
 // ---------------------------------------------------------------- tokenize (vLLM's shapes)
 
@@ -281,11 +299,20 @@ export const TokenizeChat = strictObject(
   'is not a supported parameter; tokenize takes model, prompt or messages, add_special_tokens, add_generation_prompt, return_token_strs',
 );
 
+/** `/tokenize` takes a prompt or chat messages (one of the two shapes). */
+export const TokenizeRequest = z.union([TokenizeText, TokenizeChat]);
+export const TokenizeResponse = z.object({
+  count: z.number().int(),
+  max_model_len: z.number().int(),
+  tokens: z.array(z.number().int()),
+  token_strs: z.array(z.string()).nullable(),
+});
 
 export const DetokenizeRequest = z.object({
   model: z.string({ message: 'is required and must be a string' }).min(1, 'must not be empty'),
   tokens: z.array(z.number().int('must be integers').min(0, 'must be token ids (>= 0)')).max(DETOKENIZE_TOKENS_MAX, `must have at most ${DETOKENIZE_TOKENS_MAX} tokens`),
 });
+export const DetokenizeResponse = z.object({ prompt: z.string() });
 
 // ---------------------------------------------------------------- evaluations
 
@@ -369,21 +396,26 @@ export const EvaluationRequest = z.object({
 });
 export type EvaluationRequest = z.infer<typeof EvaluationRequest>;
 
-export type Answer =
-  | { type: 'boolean'; probability: number }
-  | { type: 'choice'; choice: string; probabilities: Record<string, number> }
-  | { type: 'score'; score: number; probabilities: Record<string, number> };
+export const Answer = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('boolean'), probability: z.number() }),
+  z.object({ type: z.literal('choice'), choice: z.string(), probabilities: z.record(z.string(), z.number()) }),
+  z.object({ type: z.literal('score'), score: z.number(), probabilities: z.record(z.string(), z.number()) }),
+]);
+export type Answer = z.infer<typeof Answer>;
 
 /** The AI SDK accepts exactly these four warning shapes. */
-export type Warning =
-  | { type: 'unsupported'; feature: string; details?: string }
-  | { type: 'compatibility'; feature: string; details?: string }
-  | { type: 'deprecated'; setting: string; message: string }
-  | { type: 'other'; message: string };
+export const Warning = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('unsupported'), feature: z.string(), details: z.string().optional() }),
+  z.object({ type: z.literal('compatibility'), feature: z.string(), details: z.string().optional() }),
+  z.object({ type: z.literal('deprecated'), setting: z.string(), message: z.string() }),
+  z.object({ type: z.literal('other'), message: z.string() }),
+]);
+export type Warning = z.infer<typeof Warning>;
 
-export interface EvaluationResponse {
-  answers: Record<string, Answer>;
-  model: string;
-  usage: { inputTokens: number; outputTokens: number };
-  warnings: Warning[];
-}
+export const EvaluationResponse = z.object({
+  answers: z.record(z.string(), Answer),
+  model: z.string(),
+  usage: z.object({ inputTokens: z.number().int(), outputTokens: z.number().int() }),
+  warnings: z.array(Warning),
+});
+export type EvaluationResponse = z.infer<typeof EvaluationResponse>;

@@ -2,7 +2,21 @@ import { ApiError } from '../errors.js';
 import type { Route } from '../http/router.js';
 import type { ServedModel } from './engine-api.js';
 import type { Policies } from './policy-api.js';
-import type { ModelObject } from './protocol.js';
+import {
+  ChatCompletion,
+  ChatCompletionChunk,
+  ChatCompletionRequest,
+  Completion,
+  CompletionRequest,
+  DetokenizeRequest,
+  DetokenizeResponse,
+  EvaluationRequest,
+  EvaluationResponse,
+  ModelList,
+  ModelObject,
+  TokenizeRequest,
+  TokenizeResponse,
+} from './protocol.js';
 import { serveChat, type ChatEngine } from './serving-chat.js';
 import { serveCompletion } from './serving-completions.js';
 import { serveEvaluation } from './serving-eval.js';
@@ -44,15 +58,22 @@ export function inferenceRoutes(engine: InferenceEngine, policies: Policies, lim
     ...base,
     method: 'POST',
     path,
+    doc: {
+      summary: gateway ? 'Answers typed questions about a state (the AI SDK gateway\'s path and shape)' : 'Answers typed questions about a state',
+      tag: 'evaluations',
+      body: EvaluationRequest,
+      responses: { 200: EvaluationResponse },
+    },
     bodyBytesMax: limits.evalBodyBytesMax,
     handler: (ctx) => serveEvaluation(ctx, engine, policies, screen, gateway),
   });
   const openai = (prefix: string): Route[] => [
-    { ...base, method: 'GET', path: `${prefix}/models`, handler: async (ctx) => ({ raw: listBody, headers: await policies.admitLight(ctx) }) },
+    { ...base, method: 'GET', path: `${prefix}/models`, doc: { summary: 'The models served', tag: 'models', responses: { 200: ModelList } }, handler: async (ctx) => ({ raw: listBody, headers: await policies.admitLight(ctx) }) },
     {
       ...base,
       method: 'GET',
       path: `${prefix}/models/*modelId`,
+      doc: { summary: 'One model (its id may contain slashes)', tag: 'models', responses: { 200: ModelObject } },
       handler: async (ctx) => {
         const m = engine.model(ctx.params.modelId!);
         if (!m) throw new ApiError('not_found', `model ${JSON.stringify(ctx.params.modelId)} does not exist`, { param: 'model', code: 'model_not_found' });
@@ -63,6 +84,12 @@ export function inferenceRoutes(engine: InferenceEngine, policies: Policies, lim
       ...base,
       method: 'POST',
       path: `${prefix}/chat/completions`,
+      doc: {
+        summary: 'A chat completion; with stream: true, server-sent chunks ending with [DONE]',
+        tag: 'chat',
+        body: ChatCompletionRequest,
+        responses: { 200: { json: ChatCompletion, sse: ChatCompletionChunk } },
+      },
       bodyBytesMax: limits.chatBodyBytesMax,
       // A stream ends by the stream deadline; the handler gives a request that
       // does not stream the default one (REQUEST_TIMEOUT_MS) once its body says so.
@@ -73,6 +100,12 @@ export function inferenceRoutes(engine: InferenceEngine, policies: Policies, lim
       ...base,
       method: 'POST',
       path: `${prefix}/completions`,
+      doc: {
+        summary: 'A text completion (legacy); with stream: true, server-sent completions ending with [DONE]',
+        tag: 'completions',
+        body: CompletionRequest,
+        responses: { 200: { json: Completion, sse: Completion } },
+      },
       bodyBytesMax: limits.chatBodyBytesMax,
       timeoutMs: limits.streamTimeoutMs,
       handler: (ctx) => serveCompletion(ctx, engine, policies, screen),
@@ -83,7 +116,19 @@ export function inferenceRoutes(engine: InferenceEngine, policies: Policies, lim
     ...INFERENCE_PREFIXES.flatMap(openai),
     evalRoute('/v4/ai/evaluation-model', true),
     // vLLM serves these at the root.
-    { ...base, method: 'POST', path: '/tokenize', bodyBytesMax: limits.chatBodyBytesMax, handler: (ctx) => serveTokenize(ctx, engine, policies) },
-    { ...base, method: 'POST', path: '/detokenize', bodyBytesMax: limits.chatBodyBytesMax, handler: (ctx) => serveDetokenize(ctx, engine, policies) },
+    {
+      ...base,
+      method: 'POST',
+      path: '/tokenize',
+      doc: { summary: 'Token ids of a prompt or chat messages (vLLM)', tag: 'tokenize', body: TokenizeRequest, responses: { 200: TokenizeResponse } },
+      bodyBytesMax: limits.chatBodyBytesMax, handler: (ctx) => serveTokenize(ctx, engine, policies),
+    },
+    {
+      ...base,
+      method: 'POST',
+      path: '/detokenize',
+      doc: { summary: 'The text of token ids (vLLM)', tag: 'tokenize', body: DetokenizeRequest, responses: { 200: DetokenizeResponse } },
+      bodyBytesMax: limits.chatBodyBytesMax, handler: (ctx) => serveDetokenize(ctx, engine, policies),
+    },
   ];
 }

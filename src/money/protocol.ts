@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { pageQuery, qStr } from '../http/query.js';
 import { idString } from '../http/validate.js';
 
 // Request schemas of the money routes: admin top-up (SPEC 4.7), invoices,
@@ -77,3 +78,132 @@ export const RecordUsageBody = z
     message: 'must record at least one token (trainingTokens, inputTokens or outputTokens)',
   });
 export type RecordUsageBody = z.infer<typeof RecordUsageBody>;
+
+// ---------------------------------------------------------------- query parameters
+
+/** The Prime CLI asks for 20 billings by default; 100 bounds one answer. */
+const BILLINGS_LIMIT_DEFAULT = 20;
+const BILLINGS_LIMIT_MAX = 100;
+
+export const WalletQuery = z.object({
+  teamId: qStr().describe("a team's wallet (members only); the caller's own otherwise"),
+  team_id: qStr().describe('alias of teamId'),
+  ...pageQuery(BILLINGS_LIMIT_DEFAULT, BILLINGS_LIMIT_MAX),
+});
+
+// ---------------------------------------------------------------- answers
+// Response schemas: /openapi.json is generated from them and the end-to-end suite checks
+// every answer against them (CHECK_RESPONSE_SCHEMAS). Comments name where each is built.
+
+// =============================================================== money (money/routes.ts)
+
+/**
+ * POST /api/admin/transactions/topup: money/topup.ts:48. Amounts in UNITS (USD x 10000), not USD.
+ * Status is always 200 (the route doc also lists 201, but topup() only produces 200; a replay
+ * answers the stored status, also 200, with header idempotent-replayed: true).
+ */
+export const Topup = z.object({
+  walletId: z.string(),
+  balance: z.number().int(), // units, after the transaction
+  amount: z.number().int(), // signed units: positive TOPUP, negative REFUND
+  type: z.enum(['TOPUP', 'REFUND']),
+  transactionId: z.string(),
+  description: z.string().nullable(),
+  createdAt: z.string(),
+});
+
+/** money/invoices.ts:179 record(). Amounts in USD. */
+export const InvoiceLine = z.object({
+  resourceType: z.enum(['compute', 'disks', 'inference', 'training']), // ledger.ts:30 CHARGE_RESOURCE values
+  amount: z.number(),
+  charges: z.number().int(),
+});
+export const Invoice = z.object({
+  id: z.string(),
+  walletId: z.string(),
+  providerTransactionId: z.string(), // 'in_' + 24 hex
+  transactionId: z.string(),
+  status: z.enum(['OPEN', 'PAID', 'VOID']), // CHECK in migrations/201_money.sql
+  amount: z.number(),
+  currency: z.string(), // 'USD' (column default; never set otherwise)
+  periodStart: z.string(),
+  periodEnd: z.string(),
+  lines: z.array(InvoiceLine),
+  createdAt: z.string(),
+  paidAt: z.string().nullable(),
+  voidedAt: z.string().nullable(),
+});
+/** GET /api/admin/invoices/:walletId: invoices.ts:243 (bare array inside data, newest period first). */
+export const InvoiceList = z.array(Invoice);
+/** POST .../cancel: money/routes.ts:48 answers data: {}. */
+export const Empty = z.object({});
+
+/** money/rft.ts:53 pricing(): USD per million tokens. */
+export const RunPricing = z.object({
+  training_per_mtok: z.number(),
+  inference_input_per_mtok: z.number(),
+  inference_output_per_mtok: z.number(),
+});
+
+/** rft.ts:61 runRecord(): create and PATCH. */
+export const Run = z.object({
+  id: z.string(),
+  name: z.string(),
+  baseModel: z.string(),
+  status: z.enum(['PENDING', 'RUNNING', 'COMPLETED', 'FAILED', 'STOPPED']), // written only via RUN_STATUSES enum / default RUNNING
+  userId: z.string(),
+  teamId: z.string().nullable(),
+  walletId: z.string(),
+  pricing: RunPricing,
+  createdAt: z.string(),
+  updatedAt: z.string(),
+});
+
+const TokenBucket = z.object({
+  tokens: z.number().int(),
+  input_tokens: z.number().int(),
+  output_tokens: z.number().int(),
+  cost_usd: z.number(),
+});
+
+/**
+ * rft.ts:188 runUsage(): GET /api/v1/billing/runs/:runId/usage (bare) and
+ * POST /api/admin/rft/runs/:runId/usage (enveloped). snake_case keys.
+ * training.input_tokens / training.output_tokens are always 0.
+ */
+export const RunUsage = z.object({
+  run_id: z.string(),
+  run_name: z.string(),
+  base_model: z.string(),
+  status: z.enum(['PENDING', 'RUNNING', 'COMPLETED', 'FAILED', 'STOPPED']),
+  training: TokenBucket,
+  inference: TokenBucket,
+  total_tokens: z.number().int(),
+  total_cost_usd: z.number(),
+  pricing: RunPricing,
+  record_count: z.number().int(),
+});
+
+/** money/wallet.ts:239 one billing (charges summed per resource). */
+export const WalletBilling = z.object({
+  id: z.string(),
+  created_at: z.string(),
+  updated_at: z.string(), // same value as last_billed_at
+  last_billed_at: z.string(),
+  amount_usd: z.number(),
+  currency: z.string(),
+  // ledger.ts:30 CHARGE_RESOURCE values; the backfill in migrations/201_money.sql maps to the same four.
+  resource_type: z.enum(['compute', 'disks', 'inference', 'training']),
+  resource_id: z.string(),
+});
+
+/** GET /api/v1/billing/wallet: money/wallet.ts:233. */
+export const WalletView = z.object({
+  wallet_id: z.string(),
+  team_id: z.string().nullable(),
+  balance_usd: z.number(),
+  currency: z.string(),
+  total_billings: z.number().int(),
+  recent_billings: z.array(WalletBilling),
+});
+

@@ -1,15 +1,12 @@
 import type { Sql } from '../db/index.js';
 import { ApiError } from '../errors.js';
+import type { Page } from '../http/query.js';
 import { unitsToUsd } from './ledger.js';
 
 // GET /api/v1/billing/wallet: the caller's wallet (or a team's, for members),
 // its balance and its billings: charges summed per resource (a pod, a disk, a
 // model used for inference, an RFT run), most recently billed first.
 
-export interface Page {
-  limit: number;
-  offset: number;
-}
 
 interface BillingRow {
   id: string;

@@ -1,4 +1,7 @@
-import type { Route } from '../http/router.js';
+import { z } from 'zod';
+import type { ApiFamily } from '../errors.js';
+import { openApiDocument, type ApiInfo } from '../http/openapi.js';
+import type { Route, Router } from '../http/router.js';
 import { ApiError } from '../errors.js';
 import fs from 'node:fs';
 import { gauge, registries, type MetricsPort } from '../metrics.js';
@@ -11,6 +14,10 @@ export const VERSION: string = (() => {
     return 'unknown';
   }
 })();
+
+const Health = z.object({ status: z.enum(['ok', 'unhealthy']), reason: z.string().optional().describe('why the daemon cannot recover by itself') });
+const Version = z.object({ version: z.string() });
+const Readiness = z.object({ status: z.enum(['ready', 'not_ready']), checks: z.record(z.string(), z.string()).describe('each check: ok, or why not') });
 
 /** A named readiness check: resolves when that part can serve, throws with a reason when not. */
 export type ReadyCheck = { name: string; check: () => Promise<void> };
@@ -33,14 +40,16 @@ export function opsRoutes(checks: ReadyCheck[], isShuttingDown: () => boolean, p
     const why = failure();
     return why ? { status: 503, body: { status: 'unhealthy', reason: why } } : { body: { status: 'ok' } };
   };
+  const liveDoc = { summary: 'Liveness: answers from memory, never from the database', tag: 'operations', responses: { 200: Health, 503: Health } };
   return [
-    { ...base, path: '/healthz', handler: live },
+    { ...base, path: '/healthz', doc: liveDoc, handler: live },
     // vLLM's and llama.cpp's liveness path, for tools that probe it.
-    { ...base, path: '/health', handler: live },
-    { ...base, path: '/version', handler: () => ({ body: { version: VERSION } }) },
+    { ...base, path: '/health', doc: liveDoc, handler: live },
+    { ...base, path: '/version', doc: { summary: 'The daemon version', tag: 'operations', responses: { 200: Version } }, handler: () => ({ body: { version: VERSION } }) },
     {
       ...base,
       path: '/readyz',
+      doc: { summary: 'Readiness: each dependency checked now', tag: 'operations', responses: { 200: Readiness, 503: Readiness } },
       handler: async () => {
         if (isShuttingDown()) throw new ApiError('unavailable', 'shutting down');
         const results = await Promise.all(
@@ -60,7 +69,26 @@ export function opsRoutes(checks: ReadyCheck[], isShuttingDown: () => boolean, p
     {
       ...base,
       path: '/metrics',
+      doc: { summary: 'Prometheus metrics of this port (docs/metrics.md)', tag: 'operations', responses: { 200: { text: 'text/plain' } } },
       handler: async () => ({ raw: await registry.metrics(), contentType: registry.contentType }),
     },
   ];
+}
+
+const ServedDocument = z.record(z.string(), z.unknown()).describe('an OpenAPI 3.1 document');
+
+/**
+ * `GET /openapi.json`: the OpenAPI 3.1 document of what this address serves, generated from
+ * its routes' declarations the first time it is asked for (every route is registered by then).
+ */
+export function openApiRoute(router: Router, family: ApiFamily, info: ApiInfo): Route {
+  let text: string | undefined;
+  return {
+    method: 'GET',
+    path: '/openapi.json',
+    family,
+    auth: 'public',
+    doc: { summary: 'This address\'s OpenAPI 3.1 document', tag: 'operations', responses: { 200: ServedDocument } },
+    handler: () => ({ raw: (text ??= JSON.stringify(openApiDocument(router.routes, info))) }),
+  };
 }

@@ -4,10 +4,11 @@ import { newId } from '../ids.js';
 import { log } from '../log.js';
 import { closeMeter, openMeter, postTransaction, requireFunded } from '../money/ledger.js';
 import { findGpuOffers, type GpuOfferRow } from './availability.js';
-import { iso, usd, type Page } from './common.js';
+import { iso, usd } from './common.js';
+import type { Page } from '../http/query.js';
 import { diskVisible, holdsDisk, payer } from './access.js';
 import { normaliseSpec, podPrice, resolveCount } from './pricing.js';
-import type { CreatePodBody } from './protocol.js';
+import { STATUS_IDS_MAX, type CreatePodBody } from './protocol.js';
 import type { PortMapping } from './providers/provider.js';
 import type { Providers } from './providers/index.js';
 import { membersAmong } from './teams.js';
@@ -449,9 +450,7 @@ export async function getPod(sql: Sql, userId: string, id: string): Promise<stri
   return r.doc;
 }
 
-/** The pod_ids listed (all live pods of the caller when none); unknown or foreign ids are left out. */
-export const STATUS_IDS_MAX = 100;
-
+/** The pod_ids listed (all live pods of the caller when none, at most STATUS_IDS_MAX); unknown or foreign ids are left out. */
 export async function podStatuses(sql: Sql, userId: string, ids: string[]) {
   const rows = await sql<PodRow[]>`
     SELECT p.* FROM pods p

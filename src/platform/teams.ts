@@ -1,6 +1,7 @@
 import { notFound } from '../errors.js';
 import type { Sql, Tx } from '../db/index.js';
-import { iso, type Page } from './common.js';
+import { iso } from './common.js';
+import type { Page } from '../http/query.js';
 
 // Teams as the caller sees them (SPEC 4.4) and the membership checks other
 // platform files share. Teams, members and roles are issued by the admin routes.
