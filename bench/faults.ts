@@ -322,7 +322,13 @@ const runs: Record<string, (arg?: string) => Promise<void>> = {
           // The main thread's V8 heap and external memory: what of the RSS is JavaScript's.
           const m = await (await fetch(`${d.platformUrl}/metrics`)).text();
           const mib = (name: string) => (Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(m)?.[1]) / 2 ** 20).toFixed(0);
-          console.log(`${samples.at(-1)![0].toFixed(1)} min  RSS ${samples.at(-1)![1].toFixed(0)} MiB  heap ${mib('nodejs_heap_size_used_bytes')} MiB  external ${mib('nodejs_external_memory_bytes')} MiB  requests ${requests}`);
+          // The model workers' own V8 heaps and the buffers V8 knows they hold (tensors awaiting collection).
+          const engine = await (await fetch(`${d.inferenceUrl}/metrics`)).text();
+          const workers = (what: string) =>
+            ([...engine.matchAll(new RegExp(`^cloudgate_engine_worker_${what}_bytes\\{[^}]*\\} (\\S+)$`, 'gm'))].reduce((a, x) => a + Number(x[1]), 0) / 2 ** 20).toFixed(0);
+          console.log(
+            `${samples.at(-1)![0].toFixed(1)} min  RSS ${samples.at(-1)![1].toFixed(0)} MiB  heap ${mib('nodejs_heap_size_used_bytes')} MiB  external ${mib('nodejs_external_memory_bytes')} MiB  workers: heap ${workers('heap_used')} MiB, buffers ${workers('external')} MiB  requests ${requests}`,
+          );
           await sleep(10_000);
         }
       })();

@@ -124,6 +124,7 @@ export class Runner {
   }
 
   private onReply(m: WorkerEvent): void {
+    if (m.type === 'memory') M.workerMemory.set({ model: this.modelId }, m.heapUsedBytes, m.externalBytes);
     if (!('id' in m)) return;
     if (m.type === 'tokens') {
       this.onTokens.get(m.id)?.(m.seqs, m.tokens, m.logprobs);

@@ -1,10 +1,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Template } from '@huggingface/jinja';
-import { Tokenizer } from '@huggingface/tokenizers';
+import type { Tokenizer } from '@huggingface/tokenizers';
 import { ApiError } from '../../errors.js';
 import type { ChatMessage } from '../engine-api.js';
 import { TOKENIZE_INLINE_CHARS_MAX, tokenizeThread } from './tokenize-thread.js';
+import { loadTokenizer, readTokenizerFiles } from './tokenizer.js';
 
 // Text in and out of a model: its tokenizer.json, the chat template of its
 // tokenizer_config.json, and incremental detokenisation for streams.
@@ -28,9 +29,9 @@ export class ModelText {
   readonly charsPerTokenMax: number;
 
   constructor(private readonly dir: string) {
-    const tj = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8'));
-    const tc = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
-    this.tokenizer = new Tokenizer(tj, tc);
+    const files = readTokenizerFiles(dir);
+    const tc = files.config;
+    this.tokenizer = loadTokenizer(files);
     this.bos = tokenText(tc.bos_token) ?? '';
     this.eos = tokenText(tc.eos_token) ?? '';
     this.bosId = this.bos ? this.tokenizer.token_to_id(this.bos) : undefined;
@@ -55,7 +56,7 @@ export class ModelText {
         this.pieceText.push(undefined);
       }
     }
-    this.charsPerTokenMax = this.longestToken(tj);
+    this.charsPerTokenMax = this.longestToken(files.tokenizer as never);
   }
 
   /**

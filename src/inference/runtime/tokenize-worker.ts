@@ -1,7 +1,6 @@
-import fs from 'node:fs';
-import path from 'node:path';
 import { parentPort } from 'node:worker_threads';
-import { Tokenizer } from '@huggingface/tokenizers';
+import type { Tokenizer } from '@huggingface/tokenizers';
+import { loadTokenizer, readTokenizerFiles } from './tokenizer.js';
 import type { TokenizeJob, TokenizeResult } from './tokenize-thread.js';
 
 // The tokenizer thread: long texts are encoded here so that the event loop keeps
@@ -12,8 +11,7 @@ const tokenizers = new Map<string, Tokenizer>();
 function load(dir: string): Tokenizer {
   let t = tokenizers.get(dir);
   if (!t) {
-    const read = (f: string) => JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8'));
-    tokenizers.set(dir, (t = new Tokenizer(read('tokenizer.json'), read('tokenizer_config.json'))));
+    tokenizers.set(dir, (t = loadTokenizer(readTokenizerFiles(dir))));
   }
   return t;
 }
