@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connect, type Sql } from '../src/db/index.js';
 import { newId } from '../src/ids.js';
-import { closeMeter, openMeter, postTransaction } from '../src/money/ledger.js';
+import { closeMeter, openMeter, postTransaction, usdToUnits } from '../src/money/ledger.js';
 import { Meter } from '../src/money/meter.js';
 import { call } from './helpers.js';
 import { conservation, isolatedDb, ledgerOf, openDb, topup, walletIn } from './money-helpers.js';
@@ -29,7 +29,7 @@ afterAll(async () => {
 
 async function meterOpen(walletId: string, ratePerHrUsd: number, startMs: number, resourceType: 'pod' | 'disk' = 'pod', state = 'ACTIVE') {
   const resourceId = newId();
-  await db.sql.begin((tx) => openMeter(tx, { walletId, resourceType, resourceId, state, ratePerHrUsd, at: at(startMs) }));
+  await db.sql.begin((tx) => openMeter(tx, { walletId, resourceType, resourceId, state, rateUnitsPerHr: usdToUnits(ratePerHrUsd), at: at(startMs) }));
   return resourceId;
 }
 
@@ -117,7 +117,7 @@ describe('meter loop (own database)', () => {
   it('a state change settles the closed meter at once and bills the new rate from that instant', async () => {
     const w = await walletIn(db.sql);
     const pod = await meterOpen(w, 1.5, 0, 'pod', 'PROVISIONING');
-    await db.sql.begin((tx) => openMeter(tx, { walletId: w, resourceType: 'pod', resourceId: pod, state: 'ACTIVE', ratePerHrUsd: 4.25, at: at(5_555) }));
+    await db.sql.begin((tx) => openMeter(tx, { walletId: w, resourceType: 'pod', resourceId: pod, state: 'ACTIVE', rateUnitsPerHr: usdToUnits(4.25), at: at(5_555) }));
     expect(await chargedFor(db.sql, pod)).toBe(target(15_000, 5_555)); // settled by the close, before any loop run
     await new Meter(db.sql, 1000).runOnce(at(65_555));
     expect(await chargedFor(db.sql, pod)).toBe(target(15_000, 5_555) + target(42_500, 60_000));

@@ -19,7 +19,7 @@ describe('admin disks', () => {
     expect((await as(plain.key, 'DELETE', `/api/admin/disks/${d.id}/force`)).status).toBe(403);
     expect((await call('platform', 'DELETE', `/api/admin/disks/${d.id}/force`, { key: null })).status).toBe(401);
     const r = await as(disksAdmin.key, 'DELETE', `/api/admin/disks/${d.id}/force`);
-    expect(r.status).toBe(200);
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
     expect(r.body).toEqual({ data: { id: d.id, status: 'TERMINATED' }, status: 'success' });
     const kept = await get(u.key, `/api/v1/disks/${d.id}`);
     expect(kept.body).toMatchObject({ status: 'TERMINATED', pods: [] });

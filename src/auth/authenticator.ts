@@ -1,15 +1,10 @@
 import { timingSafeEqual } from 'node:crypto';
 import { ApiError } from '../errors.js';
 import type { Sql } from '../db/index.js';
-import { databaseDown, isDatabaseUnavailable, OUTAGE_STALE_MS_MAX } from '../db/bounded.js';
+import { TtlCache } from '../cache.js';
 import { log } from '../log.js';
 import { hashKeyB64 } from './keys.js';
 import type { Principal, RateLimits } from './principal.js';
-
-interface Cached {
-  principal: Principal | null;
-  expiresAt: number;
-}
 
 // Cache entries are bounded so a flood of random keys cannot grow memory.
 const CACHE_ENTRIES_MAX = 10_000;
@@ -32,8 +27,7 @@ const UNLISTENED_TTL_MS_MAX = 1_000;
  * is not kept if a change arrived while it was being read.
  */
 export class Authenticator {
-  private readonly cache = new Map<string, Cached>();
-  private gen = 0;
+  private readonly cache = new TtlCache<Principal | null>(0, CACHE_ENTRIES_MAX);
   private listening = false;
   constructor(
     private readonly sql: Sql,
@@ -45,36 +39,17 @@ export class Authenticator {
     if (!m) throw new ApiError('unauthenticated', 'missing or malformed Authorization header; expected "Bearer <API_KEY>"', { param: 'authorization' });
     const secret = m[1]!;
     const cacheKey = hashKeyB64(secret);
-    const now = Date.now();
-    let hit = this.cache.get(cacheKey);
-    const stale = hit?.principal && now - hit.expiresAt < OUTAGE_STALE_MS_MAX ? hit.principal : undefined;
-    // The database just failed: a key valid within OUTAGE_STALE_MS_MAX serves without waiting on it again.
-    if (hit && hit.expiresAt < now && stale && databaseDown()) return stale;
-    if (!hit || hit.expiresAt < now) {
-      const gen = this.gen;
-      const ttl = this.listening ? this.ttlMs : Math.min(this.ttlMs, UNLISTENED_TTL_MS_MAX);
-      let principal: Principal | null;
-      try {
-        principal = await this.lookup(Buffer.from(cacheKey, 'base64'));
-      } catch (e) {
-        // The database is down: a key that was valid within OUTAGE_STALE_MS_MAX still is
-        // (nothing can revoke it meanwhile: revocation writes to the same database).
-        if (stale && isDatabaseUnavailable(e)) return stale;
-        throw e;
-      }
-      hit = { principal, expiresAt: now + ttl };
-      if (ttl > 0 && gen === this.gen) {
-        if (this.cache.size >= CACHE_ENTRIES_MAX) this.cache.delete(this.cache.keys().next().value!);
-        this.cache.set(cacheKey, hit);
-      }
-    }
-    if (!hit.principal) throw new ApiError('unauthenticated', 'invalid API key', { param: 'authorization' });
-    return hit.principal;
+    // Without a listener another replica's revocation could be missed: trust a lookup less long.
+    const ttl = this.listening ? this.ttlMs : Math.min(this.ttlMs, UNLISTENED_TTL_MS_MAX);
+    // During a database outage a key valid within OUTAGE_STALE_MS_MAX still is (src/cache.ts):
+    // nothing can revoke it meanwhile, revocation writes to the same database.
+    const principal = await this.cache.get(cacheKey, () => this.lookup(Buffer.from(cacheKey, 'base64')), ttl);
+    if (!principal) throw new ApiError('unauthenticated', 'invalid API key', { param: 'authorization' });
+    return principal;
   }
 
   /** Drop cached results, e.g. after a key's limits change. */
   invalidate(): void {
-    this.gen++;
     this.cache.clear();
   }
 

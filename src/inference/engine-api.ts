@@ -1,6 +1,45 @@
-import { ApiError } from '../errors.js';
+import type { Grammar } from './grammar/grammar.js';
 
-// What the HTTP side of inference needs from the engine; src/inference/engine implements it.
+// The engine port: what the HTTP side of inference needs from the engine, in one interface
+// that src/inference/runtime/engine.ts implements. The engine never speaks HTTP: it yields
+// tokens and plain failures; the serving files turn them into API answers and errors.
+
+/** The one port. Serving code that needs part of it takes a `Pick` of it (tests fake that part). */
+export interface InferenceEngine {
+  list(): ServedModel[];
+  model(id: string): ServedModel | undefined;
+  /** A chat rendered by the model's template and tokenised (with its special tokens). */
+  encodeChat(modelId: string, messages: ChatMessage[]): Promise<number[]>;
+  encodeText(modelId: string, text: string, addSpecialTokens: boolean): Promise<number[]>;
+  /** A text without special tokens (an evaluation's pieces). */
+  encode(modelId: string, text: string): Promise<number[]>;
+  bosTokens(modelId: string): number[];
+  decode(modelId: string, ids: number[]): string;
+  tokenStrings(modelId: string, ids: number[]): string[];
+  tokenBytes(modelId: string, id: number): Uint8Array;
+  generate(modelId: string, req: GenerateRequest): AsyncGenerator<GenerateEvent>;
+  /** Log-probabilities of each branch's tokens after a shared prefix (evaluations). */
+  scoreBranches(modelId: string, req: ScoreRequest): Promise<ScoreResult>;
+}
+
+/** Tokens a request ran, as billed: the one usage shape inside the daemon (each API's wire shape is made from it where it is sent). */
+export interface TokenUsage {
+  inputTokens: number;
+  outputTokens: number;
+}
+
+export interface ScoreRequest {
+  prefixTokens: number[];
+  branches: BranchSpec[];
+  signal?: AbortSignal;
+}
+
+export interface ScoreResult {
+  /** Per branch, the log-probability of each of its tokens. */
+  logprobs: Float32Array[];
+  /** Tokens run through the model (the prefix once, each branch's own), as billed. */
+  processedTokens: number;
+}
 
 export interface ChatMessage {
   role: string;
@@ -37,14 +76,14 @@ export interface GenerateRequest {
   /** Report each token's log-probability and this many alternatives (0-20); absent: none. */
   topLogprobs?: number;
   /** Structured output: sample only tokens that keep the text in this grammar (`key` names it for caches). */
-  grammar?: { key: string; grammar: import('./grammar/grammar.js').Grammar };
+  grammar?: { key: string; grammar: Grammar };
   stop: string[];
   signal?: AbortSignal;
   /**
    * Called exactly once when the sequence ends (finished, cancelled or failed)
    * with the tokens really run: billing uses this, not what a client read.
    */
-  onEnd?: (usage: { promptTokens: number; completionTokens: number }) => void;
+  onEnd?: (usage: TokenUsage) => void;
 }
 
 /** A generated token's log-probability under the model, and the most likely alternatives. */
@@ -64,8 +103,7 @@ export type GenerateEvent =
        * `failed`: the engine could not go on (a step failed, the worker died): `failure` says why.
        */
       finishReason: 'stop' | 'length' | 'cancelled' | 'failed';
-      promptTokens: number;
-      completionTokens: number;
+      usage: TokenUsage;
       failure?: EngineFailure;
     };
 
@@ -75,14 +113,35 @@ export interface EngineFailure {
   retryable: boolean;
 }
 
-/** How long a client is asked to wait after a retryable failure: about a worker's restart (a model load). */
-const ENGINE_RETRY_AFTER_MS = 2_000;
+/** The engine would not take the work now: the model is down, or it could not start in time. */
+export class EngineRefused extends Error {
+  constructor(
+    message: string,
+    /** `model_down`: its worker kept dying; `queue_full`: its queue is at its limit; `busy`: it would not start within ADMISSION_WAIT_MS_MAX. */
+    readonly reason: 'model_down' | 'queue_full' | 'busy',
+    /** When to come back, where the engine can say. */
+    readonly retryAfterMs?: number,
+  ) {
+    super(message);
+    this.name = 'EngineRefused';
+  }
+}
 
-/** A failure as the API reports it: 503 with Retry-After while the model comes back, else 500. */
-export const engineError = (f: EngineFailure): ApiError =>
-  f.retryable
-    ? new ApiError('unavailable', f.message, { code: 'engine_restarting', retryAfterMs: ENGINE_RETRY_AFTER_MS })
-    : new ApiError('internal', f.message, { code: 'engine_failed' });
+/** The engine could not finish work it had taken (a step failed, the worker died). */
+export class EngineFailed extends Error {
+  constructor(readonly failure: EngineFailure) {
+    super(failure.message);
+    this.name = 'EngineFailed';
+  }
+}
+
+/** The model's chat template raised an error on these messages (its own rule, such as roles that must alternate). */
+export class TemplateRefused extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'TemplateRefused';
+  }
+}
 
 /** A scored branch: it continues the shared prefix (parent -1) or an earlier branch. */
 export interface BranchSpec {

@@ -1,6 +1,6 @@
 import type { Module } from '../app.js';
 import { log } from '../log.js';
-import { createEngine } from './engine-adapter.js';
+import { Engine } from './runtime/engine.js';
 import path from 'node:path';
 import { ChargeJournal } from './policy/charge-journal.js';
 import { Charger, postJournalEntries } from './policy/charger.js';
@@ -17,7 +17,14 @@ export const inferenceModule: Module = {
   name: 'inference',
   async init(s) {
     const c = s.config;
-    const engine = await createEngine(c);
+    const engine = await Engine.load({
+      modelsDir: c.modelsDir,
+      executionProvider: c.EXECUTION_PROVIDER,
+      strict: c.EXECUTION_PROVIDER_STRICT,
+      intraOpThreads: c.ORT_INTRA_OP_THREADS,
+      options: { admissionWaitMsMax: c.ADMISSION_WAIT_MS_MAX },
+      dtype: c.MODEL_DTYPE,
+    });
     log.info({ models: engine.list().map((m) => `${m.id} (${m.kind})`), provider: c.EXECUTION_PROVIDER }, 'models loaded');
     let policies: GatewayPolicies | undefined;
     // Usage a previous run journaled but did not post is posted here, before serving.

@@ -1,19 +1,14 @@
 import type { Ctx } from '../http/context.js';
-import type { ServedModel } from './engine-api.js';
+import type { ServedModel, TokenUsage } from './engine-api.js';
 
 // The gateway policies every inference request passes (rate limits, quota,
 // team billing): admitted before any model work, settled with the real usage.
-
-export interface Usage {
-  inputTokens: number;
-  outputTokens: number;
-}
 
 export interface Admission {
   /** Rate-limit headers for the answer, known at admission (before a stream starts). */
   headers: Record<string, string>;
   /** Called exactly once when the request ends (finished, failed or cancelled). */
-  settle(usage: Usage): void;
+  settle(usage: TokenUsage): void;
 }
 
 export interface Policies {

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { TokenUsage } from './engine-api.js';
 
 // Request and response types of the inference API (SPEC 4.8-4.10), in one place.
 
@@ -195,6 +196,8 @@ export type FinishReason = z.infer<typeof FinishReason>;
 
 export const Usage = z.object({ prompt_tokens: z.number().int(), completion_tokens: z.number().int(), total_tokens: z.number().int() });
 export type Usage = z.infer<typeof Usage>;
+/** The daemon's usage in OpenAI's shape. */
+export const openAiUsage = (u: TokenUsage): Usage => ({ prompt_tokens: u.inputTokens, completion_tokens: u.outputTokens, total_tokens: u.inputTokens + u.outputTokens });
 
 export const Completion = z.object({
   id: z.string(),

@@ -1,6 +1,6 @@
 import { ApiError } from '../errors.js';
 import type { Route } from '../http/router.js';
-import type { ServedModel } from './engine-api.js';
+import type { InferenceEngine, ServedModel } from './engine-api.js';
 import type { Policies } from './policy-api.js';
 import {
   ChatCompletion,
@@ -17,16 +17,12 @@ import {
   TokenizeRequest,
   TokenizeResponse,
 } from './protocol.js';
-import { serveChat, type ChatEngine } from './serving-chat.js';
+import { servingEngine } from './outcome.js';
+import { serveChat } from './serving-chat.js';
 import { serveCompletion } from './serving-completions.js';
 import { serveEvaluation } from './serving-eval.js';
 import { BodyScreen } from './screen.js';
-import { serveDetokenize, serveTokenize, type TokenizeEngine } from './serving-tokenize.js';
-import type { EvalEngine } from './evaluator/evaluate.js';
-
-export interface InferenceEngine extends ChatEngine, EvalEngine, TokenizeEngine {
-  list(): ServedModel[];
-}
+import { serveDetokenize, serveTokenize } from './serving-tokenize.js';
 
 export interface InferenceLimits {
   chatBodyBytesMax: number;
@@ -49,7 +45,9 @@ const modelObject = (m: ServedModel): ModelObject => ({
  */
 export const INFERENCE_PREFIXES = ['/v1', '/api/v1'] as const;
 
-export function inferenceRoutes(engine: InferenceEngine, policies: Policies, limits: InferenceLimits): Route[] {
+export function inferenceRoutes(runtime: InferenceEngine, policies: Policies, limits: InferenceLimits): Route[] {
+  // The engine reports its own errors; the serving code sees them as API errors.
+  const engine = servingEngine(runtime);
   const base = { family: 'inference' as const, auth: 'inference:use' as const };
   const screen = new BodyScreen(engine.list());
   // The model list is fixed after start: serialise it once.

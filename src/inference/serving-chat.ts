@@ -3,9 +3,9 @@ import { ApiError, invalid } from '../errors.js';
 import type { Ctx } from '../http/context.js';
 import type { Reply } from '../http/router.js';
 import { parse } from '../http/validate.js';
-import type { ChatMessage, Cuts, GenerateEvent, LogitAdjust, ServedModel, TokenLogprob } from './engine-api.js';
-import type { Policies, Usage } from './policy-api.js';
-import { ChatCompletionRequest, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type LogprobItem } from './protocol.js';
+import type { Cuts, GenerateEvent, InferenceEngine, LogitAdjust, ServedModel, TokenLogprob, TokenUsage } from './engine-api.js';
+import type { Policies } from './policy-api.js';
+import { ChatCompletionRequest, openAiUsage, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type LogprobItem } from './protocol.js';
 import type { BodyScreen } from './screen.js';
 import { SseStream } from './sse.js';
 import { chatChars, chatMessages, checkChars, checkContext, resolveModel } from './serving-checks.js';
@@ -18,16 +18,8 @@ function noteFirstToken(ctx: Ctx): false {
   return false;
 }
 
-/** What chat serving needs from the engine. */
-export interface ChatEngine {
-  model(id: string): ServedModel | undefined;
-  encodeChat(modelId: string, messages: ChatMessage[]): Promise<number[]>;
-  tokenBytes(modelId: string, id: number): Uint8Array;
-  generate(modelId: string, req: import('./engine-api.js').GenerateRequest): AsyncGenerator<GenerateEvent>;
-}
-
 /** Turns the engine's token logprobs into OpenAI's items (token text, UTF-8 bytes, alternatives). */
-export function logprobItems(engine: ChatEngine, modelId: string): (ids: number[], lps: TokenLogprob[]) => LogprobItem[] {
+export function logprobItems(engine: InferenceEngine, modelId: string): (ids: number[], lps: TokenLogprob[]) => LogprobItem[] {
   const dec = new TextDecoder();
   const piece = (id: number) => {
     const bytes = engine.tokenBytes(modelId, id);
@@ -64,7 +56,7 @@ export function samplingOf(
   };
 }
 
-export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies, screen: BodyScreen): Promise<Reply | undefined> {
+export async function serveChat(ctx: Ctx, engine: InferenceEngine, policies: Policies, screen: BodyScreen): Promise<Reply | undefined> {
   const req = parse(ChatCompletionRequest, await screen.json(ctx, 'chat'));
   if (!req.stream) ctx.useDefaultDeadline();
   const model = resolveModel(engine, req.model, 'chat');
@@ -80,7 +72,6 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
   const tool = toolPlan(req, model);
   const grammar = tool?.grammar ?? responseGrammar(req.response_format, model);
   const admission = await policies.admit(ctx, model, promptTokens.length + maxTokens);
-  const usage: Usage = { inputTokens: 0, outputTokens: 0 };
   let events: AsyncGenerator<GenerateEvent>;
   try {
     events = engine.generate(model.id, {
@@ -96,8 +87,8 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
       signal: ctx.signal,
       // The engine reports what was really run, cancelled requests included: that is what is billed.
       onEnd: (u) => {
-        ctx.note({ promptTokens: u.promptTokens, completionTokens: u.completionTokens });
-        admission.settle({ inputTokens: u.promptTokens, outputTokens: u.completionTokens });
+        ctx.note({ promptTokens: u.inputTokens, completionTokens: u.outputTokens });
+        admission.settle(u);
       },
     });
   } catch (e) {
@@ -111,11 +102,12 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
   try {
     if (req.stream) {
       const meta = { id, created, model: model.id, includeUsage: req.stream_options?.include_usage === true, logprobs: req.logprobs ? logprobItems(engine, model.id) : undefined, tool };
-      await streamChat(ctx, events, meta, headers, usage);
+      await streamChat(ctx, events, meta, headers);
       return undefined;
     }
     let text = '';
     let finish: FinishReason = 'stop';
+    let usage: TokenUsage = { inputTokens: 0, outputTokens: 0 };
     const items: LogprobItem[] = [];
     const toItem = logprobItems(engine, model.id);
     let first = true;
@@ -127,8 +119,7 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
       }
       else {
         ctx.note({ finishReason: ev.finishReason });
-        usage.inputTokens = ev.promptTokens;
-        usage.outputTokens = ev.completionTokens;
+        usage = ev.usage;
         if (ev.finishReason === 'cancelled' || ev.finishReason === 'failed') throw unfinished(ev, ctx.signal, ctx.aborted) ?? ctx.signal.reason;
         finish = ev.finishReason;
       }
@@ -146,7 +137,7 @@ export async function serveChat(ctx: Ctx, engine: ChatEngine, policies: Policies
       model: model.id,
       system_fingerprint: null,
       choices: [{ index: 0, message, finish_reason: finish, logprobs: req.logprobs ? { content: items, refusal: null } : null }],
-      usage: { prompt_tokens: usage.inputTokens, completion_tokens: usage.outputTokens, total_tokens: usage.inputTokens + usage.outputTokens },
+      usage: openAiUsage(usage),
     };
     return { body, headers };
   } finally {
@@ -159,7 +150,6 @@ async function streamChat(
   events: AsyncGenerator<GenerateEvent>,
   meta: { id: string; created: number; model: string; includeUsage: boolean; logprobs: ReturnType<typeof logprobItems> | undefined; tool: ToolPlan | undefined },
   headers: Record<string, string>,
-  usage: Usage,
 ): Promise<void> {
   const sse = new SseStream(ctx);
   const chunk = (delta: ChatCompletionChunk['choices'][0]['delta'], finish: FinishReason | null, logprobs: ChoiceLogprobs = null): ChatCompletionChunk => ({
@@ -201,8 +191,6 @@ async function streamChat(
         if ((ev.text || lp) && !(await sse.send(chunk({ content: ev.text }, null, lp)))) return; // client gone: finally cancels
         continue;
       }
-      usage.inputTokens = ev.promptTokens;
-      usage.outputTokens = ev.completionTokens;
       ctx.note({ finishReason: ev.finishReason });
       if (ev.finishReason === 'cancelled' || ev.finishReason === 'failed') {
         const err = unfinished(ev, ctx.signal, ctx.aborted);
@@ -221,7 +209,7 @@ async function streamChat(
       if (meta.includeUsage) {
         await sse.send({
           id: meta.id, object: 'chat.completion.chunk', created: meta.created, model: meta.model, system_fingerprint: null, choices: [],
-          usage: { prompt_tokens: usage.inputTokens, completion_tokens: usage.outputTokens, total_tokens: usage.inputTokens + usage.outputTokens },
+          usage: openAiUsage(ev.usage),
         });
       }
       await sse.done();

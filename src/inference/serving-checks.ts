@@ -38,6 +38,8 @@ export const chatChars = (ms: ChatMessage[]): number => ms.reduce((n, m) => n + 
 
 /** The cap on the completion and the context length (prompt + completion), each a 400 naming its field. */
 export function checkContext(model: ServedModel, promptLen: number, promptParam: string, maxTokens: number, maxParam: string): void {
+  // The model has nothing to continue from (an empty prompt on a model without a BOS token).
+  if (promptLen === 0) throw invalid(promptParam, 'must encode to at least one token', '');
   if (maxTokens > model.maxTokensCap) throw invalid(maxParam, `must be at most ${model.maxTokensCap} for model ${model.id}`, maxTokens);
   if (promptLen + maxTokens > model.contextLength) {
     throw new ApiError(

@@ -3,10 +3,10 @@ import { ApiError, invalid } from '../errors.js';
 import type { Ctx } from '../http/context.js';
 import type { Reply } from '../http/router.js';
 import { parse } from '../http/validate.js';
-import type { GenerateEvent, ServedModel, TokenLogprob } from './engine-api.js';
-import type { Policies, Usage } from './policy-api.js';
-import { COMPLETION_MAX_TOKENS_DEFAULT, CompletionRequest, type Completion, type FinishReason, type LegacyLogprobs } from './protocol.js';
-import { samplingOf, type ChatEngine } from './serving-chat.js';
+import type { GenerateEvent, InferenceEngine, ServedModel, TokenLogprob, TokenUsage } from './engine-api.js';
+import type { Policies } from './policy-api.js';
+import { COMPLETION_MAX_TOKENS_DEFAULT, CompletionRequest, openAiUsage, type Completion, type FinishReason, type LegacyLogprobs } from './protocol.js';
+import { samplingOf } from './serving-chat.js';
 import { checkChars, checkContext, resolveModel } from './serving-checks.js';
 import type { BodyScreen } from './screen.js';
 import { SseStream } from './sse.js';
@@ -16,18 +16,13 @@ import { unfinished } from './outcome.js';
 // lm-evaluation-harness and the Kubernetes inference gateway speak. Same admission,
 // rate limits and billing as chat; each prompt of a batch is its own generation.
 
-export interface CompletionEngine extends ChatEngine {
-  encodeText(modelId: string, text: string, addSpecialTokens: boolean): Promise<number[]>;
-  decode(modelId: string, ids: number[]): string;
-}
-
 interface Prompt {
   tokens: number[];
   /** What `echo` puts before the completion. */
   text: string;
 }
 
-async function prompts(req: CompletionRequest, engine: CompletionEngine, model: ServedModel, ctx: Ctx, policies: Policies): Promise<Prompt[]> {
+async function prompts(req: CompletionRequest, engine: InferenceEngine, model: ServedModel, ctx: Ctx, policies: Policies): Promise<Prompt[]> {
   const p = req.prompt;
   const list: Array<string | number[]> = typeof p === 'string' ? [p] : typeof p[0] === 'number' ? [p as number[]] : (p as Array<string | number[]>);
   // A lone prompt (a string or one token list) is `prompt`; one of a batch is `prompt.<i>`.
@@ -41,7 +36,7 @@ async function prompts(req: CompletionRequest, engine: CompletionEngine, model: 
   return out;
 }
 
-async function prompt(engine: CompletionEngine, model: ServedModel, x: string | number[], param: string): Promise<Prompt> {
+async function prompt(engine: InferenceEngine, model: ServedModel, x: string | number[], param: string): Promise<Prompt> {
   if (typeof x === 'string') {
     // As vLLM does: BOS first when the tokenizer config says so.
     const tokens = await engine.encodeText(model.id, x, true);
@@ -54,7 +49,7 @@ async function prompt(engine: CompletionEngine, model: ServedModel, x: string | 
 }
 
 /** Legacy logprobs: parallel arrays of token texts, logprobs, top alternatives and character offsets. */
-function legacyLogprobs(engine: CompletionEngine, modelId: string) {
+function legacyLogprobs(engine: InferenceEngine, modelId: string) {
   const dec = new TextDecoder();
   const text = (id: number) => dec.decode(engine.tokenBytes(modelId, id));
   return (into: LegacyLogprobs, ids: number[], lps: TokenLogprob[], offset: number): number => {
@@ -70,7 +65,7 @@ function legacyLogprobs(engine: CompletionEngine, modelId: string) {
   };
 }
 
-export async function serveCompletion(ctx: Ctx, engine: CompletionEngine, policies: Policies, screen: BodyScreen): Promise<Reply | undefined> {
+export async function serveCompletion(ctx: Ctx, engine: InferenceEngine, policies: Policies, screen: BodyScreen): Promise<Reply | undefined> {
   const req = parse(CompletionRequest, await screen.json(ctx, 'completion'));
   if (!req.stream) ctx.useDefaultDeadline();
   const model = resolveModel(engine, req.model, 'chat');
@@ -80,11 +75,11 @@ export async function serveCompletion(ctx: Ctx, engine: CompletionEngine, polici
   const stop = req.stop == null ? [] : typeof req.stop === 'string' ? [req.stop] : req.stop;
   const admission = await policies.admit(ctx, model, list.reduce((a, p) => a + p.tokens.length + maxTokens, 0));
   // One settle for the request: after every generation has reported what it really ran.
-  const total: Usage = { inputTokens: 0, outputTokens: 0 };
+  const total: TokenUsage = { inputTokens: 0, outputTokens: 0 };
   let left = list.length;
-  const ended = (u: { promptTokens: number; completionTokens: number }) => {
-    total.inputTokens += u.promptTokens;
-    total.outputTokens += u.completionTokens;
+  const ended = (u: TokenUsage) => {
+    total.inputTokens += u.inputTokens;
+    total.outputTokens += u.outputTokens;
     if (--left === 0) admission.settle(total);
   };
   const gens: AsyncGenerator<GenerateEvent>[] = [];
@@ -107,7 +102,7 @@ export async function serveCompletion(ctx: Ctx, engine: CompletionEngine, polici
     }
   } catch (e) {
     // Those never started report nothing: settle them as empty; the started ones settle as they close.
-    for (let i = gens.length; i < list.length; i++) ended({ promptTokens: 0, completionTokens: 0 });
+    for (let i = gens.length; i < list.length; i++) ended({ inputTokens: 0, outputTokens: 0 });
     await Promise.all(gens.map((g) => g.return(undefined)));
     throw e;
   }
@@ -115,7 +110,7 @@ export async function serveCompletion(ctx: Ctx, engine: CompletionEngine, polici
   const created = Math.floor(Date.now() / 1000);
   const headers = { ...admission.headers, 'x-inference-id': id };
   const toLegacy = legacyLogprobs(engine, model.id);
-  const usageOf = () => ({ prompt_tokens: total.inputTokens, completion_tokens: total.outputTokens, total_tokens: total.inputTokens + total.outputTokens });
+  const usageOf = () => openAiUsage(total);
   try {
     if (req.stream) {
       await streamCompletion(ctx, gens, list, { id, created, model: model.id, echo: req.echo === true, includeUsage: req.stream_options?.include_usage === true, logprobs: req.logprobs != null ? toLegacy : undefined, usage: usageOf }, headers);

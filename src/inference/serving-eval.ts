@@ -4,8 +4,8 @@ import { log } from '../log.js';
 import type { Ctx } from '../http/context.js';
 import type { Reply } from '../http/router.js';
 import { parse } from '../http/validate.js';
-import type { ServedModel } from './engine-api.js';
-import { planEvaluation, type EvalEngine } from './evaluator/evaluate.js';
+import type { InferenceEngine } from './engine-api.js';
+import { planEvaluation } from './evaluator/evaluate.js';
 import type { Policies } from './policy-api.js';
 import { EvaluationRequest, type EvaluationResponse } from './protocol.js';
 import type { BodyScreen } from './screen.js';
@@ -21,7 +21,7 @@ const SPEC_VERSION = '4';
  */
 export async function serveEvaluation(
   ctx: Ctx,
-  engine: EvalEngine & { model(id: string): ServedModel | undefined },
+  engine: InferenceEngine,
   policies: Policies,
   screen: BodyScreen,
   gateway: boolean,

@@ -2,7 +2,7 @@ import type { Ctx } from '../http/context.js';
 import type { Reply } from '../http/router.js';
 import { parse } from '../http/validate.js';
 import { invalid } from '../errors.js';
-import type { ChatMessage, ServedModel } from './engine-api.js';
+import type { InferenceEngine } from './engine-api.js';
 import type { Policies } from './policy-api.js';
 import { DetokenizeRequest, TokenizeChat, TokenizeText } from './protocol.js';
 import { chatChars, chatMessages, checkChars, resolveModel } from './serving-checks.js';
@@ -11,21 +11,13 @@ import { chatChars, chatMessages, checkChars, resolveModel } from './serving-che
 // prompt against the context length before sending it. No model work: the request
 // limit applies (like the model list), no tokens are billed.
 
-export interface TokenizeEngine {
-  model(id: string): ServedModel | undefined;
-  encodeChat(modelId: string, messages: ChatMessage[]): Promise<number[]>;
-  encodeText(modelId: string, text: string, addSpecialTokens: boolean): Promise<number[]>;
-  decode(modelId: string, ids: number[]): string;
-  tokenStrings(modelId: string, ids: number[]): string[];
-}
-
-const findModel = (engine: TokenizeEngine, id: string) => {
+const findModel = (engine: InferenceEngine, id: string) => {
   const m = engine.model(id);
   // Either kind may be tokenized: resolveModel is used only for its 404.
   return m ?? resolveModel(engine, id, 'chat');
 };
 
-export async function serveTokenize(ctx: Ctx, engine: TokenizeEngine, policies: Policies): Promise<Reply> {
+export async function serveTokenize(ctx: Ctx, engine: InferenceEngine, policies: Policies): Promise<Reply> {
   const body = await ctx.json();
   const chat = body !== null && typeof body === 'object' && 'messages' in body;
   const req = chat ? parse(TokenizeChat, body) : parse(TokenizeText, body);
@@ -49,7 +41,7 @@ export async function serveTokenize(ctx: Ctx, engine: TokenizeEngine, policies: 
   };
 }
 
-export async function serveDetokenize(ctx: Ctx, engine: TokenizeEngine, policies: Policies): Promise<Reply> {
+export async function serveDetokenize(ctx: Ctx, engine: InferenceEngine, policies: Policies): Promise<Reply> {
   const req = parse(DetokenizeRequest, await ctx.json());
   const model = findModel(engine, req.model);
   const bad = req.tokens.findIndex((t) => t >= model.vocabSize);

@@ -113,18 +113,18 @@ export async function walletOf(sql: Sql | Tx, owner: { userId?: string | null; t
 }
 
 /**
- * Starts billing a resource at `ratePerHrUsd` from `at` (state: PROVISIONING,
+ * Starts billing a resource at `rateUnitsPerHr` (units per hour, as stored) from `at` (state: PROVISIONING,
  * ACTIVE, STOPPED, ...). Closes the resource's open meter at the same instant
  * first, so a state change is pro-rated to the millisecond and never overlaps.
  */
 export async function openMeter(
   tx: Tx,
-  m: { walletId: string; resourceType: 'pod' | 'disk'; resourceId: string; state: string; ratePerHrUsd: number; at: Date },
+  m: { walletId: string; resourceType: 'pod' | 'disk'; resourceId: string; state: string; rateUnitsPerHr: number; at: Date },
 ): Promise<void> {
   await closeMeter(tx, m.resourceType, m.resourceId, m.at);
   await tx`
     INSERT INTO meters (id, wallet_id, resource_type, resource_id, state, rate_units_per_hr, started_at, metered_until)
-    VALUES (${newId()}, ${m.walletId}, ${m.resourceType}, ${m.resourceId}, ${m.state}, ${usdToUnits(m.ratePerHrUsd)}, ${m.at}, ${m.at})`;
+    VALUES (${newId()}, ${m.walletId}, ${m.resourceType}, ${m.resourceId}, ${m.state}, ${m.rateUnitsPerHr}, ${m.at}, ${m.at})`;
 }
 
 /**

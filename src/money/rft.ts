@@ -4,6 +4,7 @@ import { newId } from '../ids.js';
 import { log } from '../log.js';
 import { postTransaction } from './ledger.js';
 import type { CreateRunBody, RecordUsageBody } from './protocol.js';
+import { isMember, teamsOf } from '../auth/membership.js';
 
 // RFT runs (SPEC 2.6, 4.5): a pricing snapshot taken at creation and usage
 // records. Usage comes two ways: admin records (training tokens, and inference
@@ -80,8 +81,7 @@ export async function createRun(sql: Sql, b: CreateRunBody) {
   if (b.teamId) {
     const [team] = await sql`SELECT 1 FROM teams WHERE id = ${b.teamId}`;
     if (!team) throw new ApiError('not_found', `teamId: no team ${JSON.stringify(b.teamId)}`, { param: 'teamId' });
-    const [member] = await sql`SELECT 1 FROM team_members WHERE team_id = ${b.teamId} AND user_id = ${b.userId}`;
-    if (!member) throw invalid('teamId', `user ${b.userId} is not a member of this team`, b.teamId);
+    if (!(await isMember(sql, b.teamId, b.userId))) throw invalid('teamId', `user ${b.userId} is not a member of this team`, b.teamId);
     walletQuery = sql<{ id: string }[]>`SELECT id FROM wallets WHERE team_id = ${b.teamId}`;
   }
   const [wallet] = await walletQuery;
@@ -166,7 +166,7 @@ export async function recordRunUsageTx(tx: Tx, runs: RunUsage[]): Promise<number
 export async function runVisibleTo(sql: Sql | Tx, runId: string, userId: string): Promise<boolean> {
   const [r] = await sql`
     SELECT 1 FROM rft_runs r WHERE r.id = ${runId}
-      AND (r.user_id = ${userId} OR EXISTS (SELECT 1 FROM team_members m WHERE m.team_id = r.team_id AND m.user_id = ${userId}))`;
+      AND (r.user_id = ${userId} OR r.team_id IN (${teamsOf(sql, userId)}))`;
   return !!r;
 }
 
@@ -180,7 +180,7 @@ export async function runUsage(sql: Sql, runId: string, viewer: string | null) {
            COALESCE(sum(u.input_tokens), 0)::bigint AS input, COALESCE(sum(u.output_tokens), 0)::bigint AS output
     FROM rft_runs r LEFT JOIN rft_usage u ON u.run_id = r.id
     WHERE r.id = ${runId}
-      ${viewer === null ? sql`` : sql`AND (r.user_id = ${viewer} OR EXISTS (SELECT 1 FROM team_members m WHERE m.team_id = r.team_id AND m.user_id = ${viewer}))`}
+      ${viewer === null ? sql`` : sql`AND (r.user_id = ${viewer} OR r.team_id IN (${teamsOf(sql, viewer)}))`}
     GROUP BY r.id`;
   if (!r) throw notFound('run', runId);
   const trainingCost = BigInt(r.training) * BigInt(r.training_price_micro);

@@ -2,6 +2,7 @@ import type { Sql } from '../db/index.js';
 import { ApiError } from '../errors.js';
 import type { Page } from '../http/query.js';
 import { unitsToUsd } from './ledger.js';
+import { teamsOf } from '../auth/membership.js';
 
 // GET /api/v1/billing/wallet: the caller's wallet (or a team's, for members),
 // its balance and its billings: charges summed per resource (a pod, a disk, a
@@ -21,7 +22,7 @@ export async function walletView(sql: Sql, userId: string, teamId: string | null
   const [w] = teamId
     ? await sql<{ id: string; team_id: string | null; balance: number; currency: string }[]>`
         SELECT w.id, w.team_id, w.balance, w.currency FROM wallets w
-        WHERE w.team_id = ${teamId} AND EXISTS (SELECT 1 FROM team_members m WHERE m.team_id = w.team_id AND m.user_id = ${userId})`
+        WHERE w.team_id = ${teamId} AND w.team_id IN (${teamsOf(sql, userId)})`
     : await sql<{ id: string; team_id: string | null; balance: number; currency: string }[]>`
         SELECT w.id, w.team_id, w.balance, w.currency FROM wallets w WHERE w.user_id = ${userId}`;
   // A team the caller is not in is answered like one that does not exist.

@@ -1,6 +1,7 @@
 import type { Sql } from '../db/index.js';
 import { usd } from './common.js';
 import { EMPTY_SPEC, normaliseSpec, type ResourceSpec } from './pricing.js';
+import { TtlCache } from '../cache.js';
 
 // Availability offers (SPEC 4.1), computed from free inventory capacity: an
 // offer is listed while some rentable node has room for one pod of it at the
@@ -181,7 +182,7 @@ export async function listDiskOffers(sql: Sql, f: DiskFilters, page: number, pag
 const OFFER_CACHE_TTL_MS = 5000;
 /** Bounds the cache: cloudIds come from request bodies, and most are not real. */
 const OFFER_CACHE_ENTRIES_MAX = 10_000;
-const offerCache = new Map<string, { rows: readonly GpuOfferRow[]; until: number }>();
+const offerCache = new TtlCache<readonly GpuOfferRow[]>(OFFER_CACHE_TTL_MS, OFFER_CACHE_ENTRIES_MAX);
 
 export function forgetOffers(): void {
   offerCache.clear();
@@ -189,16 +190,16 @@ export function forgetOffers(): void {
 
 /** The offers a create-pod body can mean: one cloudId, in one or several data centers and GPU counts. */
 export async function findGpuOffers(sql: Sql, cloudId: string): Promise<readonly GpuOfferRow[]> {
-  const hit = offerCache.get(cloudId);
-  if (hit && hit.until > Date.now()) return hit.rows;
-  const rows = await sql<GpuOfferRow[]>`
-    SELECT o.*, dc.region, dc.country, p.max_disks_per_pod, p.driver
-    FROM gpu_offers o JOIN data_centers dc ON dc.id = o.data_center_id JOIN providers p ON p.id = o.provider_id
-    WHERE o.cloud_id = ${cloudId} AND o.active
-    ORDER BY o.id`;
-  if (offerCache.size >= OFFER_CACHE_ENTRIES_MAX) offerCache.delete(offerCache.keys().next().value!);
-  offerCache.set(cloudId, { rows: [...rows], until: Date.now() + OFFER_CACHE_TTL_MS });
-  return rows;
+  return offerCache.get(
+    cloudId,
+    async () => [
+      ...(await sql<GpuOfferRow[]>`
+        SELECT o.*, dc.region, dc.country, p.max_disks_per_pod, p.driver
+        FROM gpu_offers o JOIN data_centers dc ON dc.id = o.data_center_id JOIN providers p ON p.id = o.provider_id
+        WHERE o.cloud_id = ${cloudId} AND o.active
+        ORDER BY o.id`),
+    ],
+  );
 }
 
 /**

@@ -9,7 +9,8 @@ import type { CreateDiskBody } from './protocol.js';
 import { diskVisible, holdsDisk, payer } from './access.js';
 import { log } from '../log.js';
 import type { Providers } from './providers/index.js';
-import { refreshDocs } from './pods.js';
+import { refreshDocs } from './pod-record.js';
+import { podReads } from './pod-reads.js';
 
 // Network disks (SPEC 2.4, 3.1, 4.3): created from a disk offer's storage pool,
 // billed from creation to termination, attachable to pods in their data center.
@@ -118,7 +119,7 @@ export async function createDisk(sql: Sql, userId: string, b: CreateDiskBody) {
     await requireFunded(tx, walletId, 'a disk');
     const [pool] = await tx`UPDATE disk_offers SET free_gb = free_gb - ${size} WHERE id = ${offer.id} AND free_gb >= ${size} RETURNING free_gb`;
     if (!pool) throw conflict(`not enough free storage in ${offer.data_center_id} for a ${size} GB disk`, 'disk.size');
-    await openMeter(tx, { walletId, resourceType: 'disk', resourceId: id, state: 'PROVISIONING', ratePerHrUsd: usd(priceUnits)!, at: now });
+    await openMeter(tx, { walletId, resourceType: 'disk', resourceId: id, state: 'PROVISIONING', rateUnitsPerHr: priceUnits, at: now });
     const [d] = await tx<DiskRow[]>`
       INSERT INTO disks (id, user_id, team_id, wallet_id, name, offer_id, provider_id, data_center_id, country, cloud_id, is_multinode,
                          size_gb, price_hr_units, status, ready_at, created_at, updated_at)
@@ -203,6 +204,7 @@ export async function forceTerminateDisk(sql: Sql, providers: Providers, id: str
     await refreshDocs(tx, held.map((h) => h.pod_id));
     return row;
   });
+  podReads.changed();
   void terminateAtProvider(providers, d);
   return { id, status: 'TERMINATED' };
 }

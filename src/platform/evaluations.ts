@@ -5,7 +5,7 @@ import type { Sql, Tx } from '../db/index.js';
 import { newId } from '../ids.js';
 import { iso } from './common.js';
 import type { CreateEvaluationBody, UpdateEvaluationBody } from './protocol.js';
-import { isMember } from './teams.js';
+import { isMember, teamsOf } from '../auth/membership.js';
 
 // Evaluation records (SPEC 4.6; DESIGN.md "Evaluation records"): a client
 // creates a record, pushes samples in batches (four at a time), then finalizes
@@ -72,7 +72,7 @@ function record(e: EvalRow) {
 }
 
 const visible = (sql: Sql | Tx, userId: string) =>
-  sql`(e.user_id = ${userId} OR e.team_id IN (SELECT team_id FROM team_members WHERE user_id = ${userId}))`;
+  sql`(e.user_id = ${userId} OR e.team_id IN (${teamsOf(sql, userId)}))`;
 
 export async function createEvaluation(sql: Sql, userId: string, b: z.infer<typeof CreateEvaluationBody>) {
   if (b.team_id && !(await isMember(sql, b.team_id, userId))) {

@@ -4,7 +4,6 @@ import { Providers } from './providers/index.js';
 import { Reconciler } from './reconciler.js';
 import { podReads } from './pod-reads.js';
 import { platformRoutes } from './routes.js';
-import type { Route } from '../http/router.js';
 import { seed } from './seed.js';
 
 // The platform API as a daemon module: seeds the catalog, starts the provider
@@ -20,26 +19,7 @@ export const platformModule: Module = {
     const stopListening = await podReads.listen(s.sql);
     s.onShutdown(stopListening);
     const routes = [...platformRoutes(s.sql, providers, s.config.SAMPLES_BODY_BYTES_MAX), ...adminRoutes(s.sql, providers)];
-    return { platform: routes.map(dropPodReadsAfterWrites) };
+    return { platform: routes };
   },
 };
 
-/**
- * A write answered by this daemon has committed before its answer is sent;
- * dropping cached pod lists then (not only when the database's notification
- * arrives) lets the same client read its write at once.
- */
-function dropPodReadsAfterWrites(r: Route): Route {
-  if (r.method === 'GET') return r;
-  const handler = r.handler;
-  return {
-    ...r,
-    handler: async (ctx) => {
-      try {
-        return await handler(ctx);
-      } finally {
-        podReads.changed();
-      }
-    },
-  };
-}

@@ -4,7 +4,7 @@ import { openMeter } from '../money/ledger.js';
 import { usd } from './common.js';
 import type { PodObservation, PodSpecForProvider } from './providers/provider.js';
 import type { Providers } from './providers/index.js';
-import { refreshDocs } from './pods.js';
+import { refreshDocs } from './pod-record.js';
 
 // Drives providers: provisions pods and disks that were ordered, polls the ones
 // still changing, and applies what a poll reports (status, connection data,
@@ -144,7 +144,7 @@ export class Reconciler {
       if (statusChanged && active) {
         // Billing switches to the active rate now, or when the prepaid hours end if later.
         const at = cur.prepaid_until && cur.prepaid_until > now ? cur.prepaid_until : now;
-        await openMeter(tx, { walletId: cur.wallet_id, resourceType: 'pod', resourceId: p.id, state: 'ACTIVE', ratePerHrUsd: usd(cur.price_hr_units)!, at });
+        await openMeter(tx, { walletId: cur.wallet_id, resourceType: 'pod', resourceId: p.id, state: 'ACTIVE', rateUnitsPerHr: cur.price_hr_units, at });
       }
       const ids = Object.keys(o.disks);
       if (ids.length) {
@@ -185,7 +185,7 @@ export class Reconciler {
           const [cur] = await tx<{ status: string }[]>`SELECT status FROM disks WHERE id = ${d.id} FOR UPDATE`;
           if (cur?.status !== 'PROVISIONING') return;
           await tx`UPDATE disks SET status = ${o.status}, updated_at = ${now} WHERE id = ${d.id}`;
-          await openMeter(tx, { walletId: d.wallet_id, resourceType: 'disk', resourceId: d.id, state: o.status, ratePerHrUsd: usd(d.price_hr_units)!, at: now });
+          await openMeter(tx, { walletId: d.wallet_id, resourceType: 'disk', resourceId: d.id, state: o.status, rateUnitsPerHr: d.price_hr_units, at: now });
         });
       } catch (e) {
         log.warn({ err: e, diskId: d.id }, 'disk poll failed; retrying');

@@ -9,7 +9,8 @@ import { diskVisible } from './access.js';
 import { createDisk, deleteDisk, getDisk, listDisks, renameDisk } from './disks.js';
 import { createEvaluation, finalizeEvaluation, updateEvaluation, getEvaluation, listEvaluations, pushSamples, sampleTexts } from './evaluations.js';
 import { cachedRead } from './pod-reads.js';
-import { createPod, deletePod, getPod, listPods, podHistory, podStatuses } from './pods.js';
+import { createPod } from './pod-create.js';
+import { deletePod, getPod, listPods, podHistory, podStatuses } from './pods.js';
 import {
   CreateDiskBody,
   CreateEvaluationBody,

@@ -1,4 +1,5 @@
 import type { Sql } from '../db/index.js';
+import { unitsToUsd, usdToUnits } from '../money/ledger.js';
 import { importCatalog } from './inventory.js';
 import type { Catalog } from './protocol.js';
 
@@ -213,7 +214,8 @@ const CPU_DCS = [
   { provider: 'fluidstack', dc: 'DE-FRA-1' },
 ];
 
-const round4 = (x: number) => Math.round(x * 10_000) / 10_000;
+/** A price at the ledger's resolution (one unit). */
+const round4 = (x: number) => unitsToUsd(usdToUnits(x));
 
 export function seedCatalog(): Catalog {
   const c: { [K in keyof Catalog]-?: NonNullable<Catalog[K]> } = { providers: [], dataCenters: [], contracts: [], nodes: [], clusters: [], assignments: [], gpuOffers: [], diskOffers: [] };

@@ -2,14 +2,11 @@ import { notFound } from '../errors.js';
 import type { Sql, Tx } from '../db/index.js';
 import { iso } from './common.js';
 import type { Page } from '../http/query.js';
+import { isMember, teamsOf } from '../auth/membership.js';
 
 // Teams as the caller sees them (SPEC 4.4) and the membership checks other
 // platform files share. Teams, members and roles are issued by the admin routes.
 
-export async function isMember(sql: Sql | Tx, teamId: string, userId: string): Promise<boolean> {
-  const [r] = await sql`SELECT 1 FROM team_members WHERE team_id = ${teamId} AND user_id = ${userId}`;
-  return !!r;
-}
 
 /** The subset of `userIds` that are members of the team. */
 export async function membersAmong(sql: Sql | Tx, teamId: string, userIds: string[]): Promise<Set<string>> {
@@ -68,7 +65,7 @@ export async function adminUserTeams(sql: Sql, userId: string, caller: { userId:
     SELECT t.id, t.name, t.created_at, t.slug, t.email, t.has_beta_access
     FROM team_members m JOIN teams t ON t.id = m.team_id
     WHERE m.user_id = ${userId}
-      ${caller.all ? sql`` : sql`AND EXISTS (SELECT 1 FROM team_members c WHERE c.team_id = t.id AND c.user_id = ${caller.userId})`}
+      ${caller.all ? sql`` : sql`AND t.id IN (${teamsOf(sql, caller.userId)})`}
     ORDER BY t.created_at, t.id`;
   return rows.map((t) => ({ id: t.id, name: t.name, createdAt: iso(t.created_at), slug: t.slug, email: t.email, hasBetaAccess: t.has_beta_access }));
 }

@@ -5,6 +5,7 @@
 // folder was built from (for idempotent rebuilds).
 import fs from 'node:fs';
 import path from 'node:path';
+import { z } from 'zod';
 import type { ServedModel } from '../engine-api.js';
 import type { LlamaConfig } from './llama2c.js';
 import type { WeightFormat } from './onnx-linear.js';
@@ -39,8 +40,34 @@ export const FORMAT_DTYPE: Record<WeightFormat, ModelDtype> = { f32: 'fp32', f16
  * cloudgate.json: what the engine serves the model as (`created` in unix
  * seconds); `dtype` picks the weight variant (default fp32: model.onnx).
  */
-// The vocabulary size is read from the graph at load, not written in cloudgate.json.
-export type CloudgateModelConfig = Omit<ServedModel, 'vocabSize' | 'structuredOutput' | 'charsPerTokenMax'> & { dtype?: ModelDtype };
+// One schema for the file, for the converter that writes it and the engine that reads it.
+// The vocabulary size is read from the graph at load, not written here.
+export const CloudgateModelConfig = z
+  .object({
+    id: z.string().min(1, 'must be a non-empty string'),
+    kind: z.enum(['chat', 'evaluation']),
+    contextLength: z.number().int().positive(),
+    /** Absent: the engine picks from the context length. */
+    maxTokensDefault: z.number().int().positive().optional(),
+    maxTokensCap: z.number().int().positive().optional(),
+    prices: z.object({ inputPerMTok: z.number().min(0), outputPerMTok: z.number().min(0) }),
+    ownedBy: z.string().default('cloudgate'),
+    created: z.number().int().min(0).default(0),
+    dtype: z.enum(MODEL_DTYPES).default('fp32'),
+  })
+  .refine((c) => c.maxTokensDefault === undefined || c.maxTokensCap === undefined || c.maxTokensDefault <= c.maxTokensCap, {
+    message: 'maxTokensDefault exceeds maxTokensCap',
+    path: ['maxTokensDefault'],
+  });
+/** As written (defaults may be left out). */
+export type CloudgateModelConfig = z.input<typeof CloudgateModelConfig>;
+
+/** A cloudgate.json's contents, or an error naming each field at fault. */
+export function parseModelConfig(value: unknown): z.output<typeof CloudgateModelConfig> {
+  const r = CloudgateModelConfig.safeParse(value);
+  if (!r.success) throw new Error(`cloudgate.json: ${r.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ')}`);
+  return r.data;
+}
 
 export interface SourceRecord {
   /** sha256 over the converter version, inputs and options */
@@ -96,19 +123,6 @@ export function hfConfigJson(c: LlamaConfig): Record<string, unknown> {
   };
 }
 
-export function validateModelConfig(c: CloudgateModelConfig): void {
-  const bad = (m: string): never => {
-    throw new Error(`cloudgate.json: ${m}`);
-  };
-  if (!c.id || typeof c.id !== 'string') bad('id must be a non-empty string');
-  if (c.dtype !== undefined && !(c.dtype in DTYPE_SUFFIXES)) bad(`dtype must be one of ${MODEL_DTYPES.join(', ')}, got ${String(c.dtype)}`);
-  if (c.kind !== 'chat' && c.kind !== 'evaluation') bad(`kind must be chat or evaluation, got ${String(c.kind)}`);
-  for (const k of ['contextLength', 'maxTokensDefault', 'maxTokensCap', 'created'] as const) {
-    if (!Number.isInteger(c[k]) || c[k] < 0) bad(`${k} must be a non-negative integer`);
-  }
-  if (c.maxTokensDefault > c.maxTokensCap) bad('maxTokensDefault exceeds maxTokensCap');
-  if (!(c.prices.inputPerMTok >= 0) || !(c.prices.outputPerMTok >= 0)) bad('prices must be non-negative numbers');
-}
 
 function writeAtomic(file: string, data: Uint8Array | string): void {
   const tmp = `${file}.tmp-${process.pid}`;
@@ -120,7 +134,7 @@ const json = (v: unknown): string => JSON.stringify(v, null, 2) + '\n';
 
 /** Write a complete model folder; source.json (if given) is written last as the completion marker. */
 export function writeModelDir(outDir: string, c: ModelDirContents): void {
-  validateModelConfig(c.cloudgate);
+  parseModelConfig(c.cloudgate);
   fs.mkdirSync(outDir, { recursive: true });
   fs.rmSync(path.join(outDir, SOURCE_FILE), { force: true });
   // The converter's own variants not written this time go, so no stale weights are served beside new ones.

@@ -1,23 +1,16 @@
 import { ApiError } from '../../errors.js';
-import type { BranchSpec, ServedModel } from '../engine-api.js';
+import type { BranchSpec, InferenceEngine, ServedModel, TokenUsage } from '../engine-api.js';
 import type { Answer, EvaluationRequest, Question, Warning } from '../protocol.js';
 import { validateImages } from './images.js';
 import { BOOLEAN_WORDS, planQuestion, prefixText, QUESTION_LEAD, type Detail } from './prompt.js';
 import { commonPrefix, distribution, needsTerminator, planBranches } from './score.js';
 
-/** What evaluation needs from the engine. */
-export interface EvalEngine {
-  encode(modelId: string, text: string): Promise<number[]>;
-  bosTokens(modelId: string): number[];
-  scoreBranches(
-    modelId: string,
-    req: { prefixTokens: number[]; branches: BranchSpec[]; signal?: AbortSignal },
-  ): Promise<{ logprobs: Float32Array[]; processedTokens: number }>;
-}
+/** What planning an evaluation needs of the engine port: its tokenizer, no model work. */
+export type PlanEngine = Pick<InferenceEngine, 'encode' | 'bosTokens'>;
 
 export interface EvaluationResult {
   answers: Record<string, Answer>;
-  usage: { inputTokens: number; outputTokens: number };
+  usage: TokenUsage;
   warnings: Warning[];
 }
 
@@ -54,7 +47,7 @@ async function answerTokens(encode: Encode, texts: string[]): Promise<number[][]
 type Encode = (text: string) => Promise<number[]>;
 
 /** The model's encoder, remembering within one request: every boolean question shares its answers' tokens. */
-function memoEncoder(engine: EvalEngine, modelId: string): Encode {
+function memoEncoder(engine: PlanEngine, modelId: string): Encode {
   const seen = new Map<string, Promise<number[]>>();
   return (text) => {
     let t = seen.get(text);
@@ -89,7 +82,7 @@ export interface EvaluationPlan {
  * Validates images, tokenises the state and every question (long texts off the
  * event loop), and lays out the branches. No model work.
  */
-export async function planEvaluation(engine: EvalEngine, model: ServedModel, req: EvaluationRequest): Promise<EvaluationPlan> {
+export async function planEvaluation(engine: PlanEngine, model: ServedModel, req: EvaluationRequest): Promise<EvaluationPlan> {
   const warnings: Warning[] = [];
   if (req.images?.length) {
     validateImages(req.images);

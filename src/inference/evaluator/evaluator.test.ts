@@ -3,7 +3,7 @@ import { ApiError } from '../../errors.js';
 import { parse } from '../../http/validate.js';
 import { EvaluationRequest, IMAGE_BYTES_MAX } from '../protocol.js';
 import { validateImages } from './images.js';
-import { planEvaluation, type EvalEngine } from './evaluate.js';
+import { planEvaluation, type PlanEngine } from './evaluate.js';
 import { distribution, needsTerminator, planBranches } from './score.js';
 import type { BranchSpec, ServedModel } from '../engine-api.js';
 
@@ -96,7 +96,7 @@ describe('trie scoring of multi-token answers', () => {
 
 describe('planEvaluation on a fake engine', () => {
   // Characters are tokens; log-probs are a fixed pseudo-random function of the branch.
-  const engine: EvalEngine = {
+  const engine: PlanEngine = {
     encode: async (_m, text) => [...text].map((c) => c.charCodeAt(0) % 256),
     bosTokens: () => [1],
     scoreBranches: async (_m, { prefixTokens, branches }) => ({

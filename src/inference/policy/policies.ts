@@ -1,13 +1,16 @@
 import { ApiError } from '../../errors.js';
 import type { Sql } from '../../db/index.js';
-import { databaseDown, isDatabaseUnavailable, OUTAGE_STALE_MS_MAX } from '../../db/bounded.js';
 import { runVisibleTo } from '../../money/rft.js';
 import type { Ctx } from '../../http/context.js';
 import type { ServedModel } from '../engine-api.js';
-import type { Admission, Policies, Usage } from '../policy-api.js';
+import type { TokenUsage } from '../engine-api.js';
+import type { Admission, Policies } from '../policy-api.js';
 import type { Charger } from './charger.js';
 import type { Limiter, Limits } from './limiter.js';
 import { requestedTeam } from './team-header.js';
+import { isMember } from '../../auth/membership.js';
+import { TtlCache } from '../../cache.js';
+import { unitsToUsd } from '../../money/ledger.js';
 
 // A wallet's balance is re-read at most this often per wallet: the 402 check
 // costs no DB round trip per request, and a wallet that runs dry is refused
@@ -17,41 +20,11 @@ const MEMBERSHIP_CACHE_MS = 10_000;
 // Bounded caches: a flood of distinct teams or wallets cannot grow memory.
 const CACHE_ENTRIES_MAX = 50_000;
 
-class TtlCache<V> {
-  private readonly m = new Map<string, { v: V; at: number }>();
-  constructor(private readonly ttlMs: number) {}
-  async get(key: string, now: number, load: () => Promise<V>): Promise<V> {
-    const hit = this.m.get(key);
-    if (hit && now - hit.at < this.ttlMs) return hit.v;
-    const usable = hit && now - hit.at < this.ttlMs + OUTAGE_STALE_MS_MAX;
-    // The database just failed: a cached answer serves at once instead of waiting on it again.
-    if (usable && databaseDown()) return hit.v;
-    let v: V;
-    try {
-      v = await load();
-    } catch (e) {
-      // The database is down: an answer read within OUTAGE_STALE_MS_MAX still serves.
-      if (usable && isDatabaseUnavailable(e)) return hit.v;
-      throw e;
-    }
-    if (this.m.size >= CACHE_ENTRIES_MAX) this.m.delete(this.m.keys().next().value!);
-    this.m.set(key, { v, at: now });
-    return v;
-  }
-  delete(key: string): void {
-    this.m.delete(key);
-  }
-  adjust(key: string, f: (v: V) => V): void {
-    const hit = this.m.get(key);
-    if (hit) hit.v = f(hit.v);
-  }
-}
-
 export class GatewayPolicies implements Policies {
-  private readonly balances = new TtlCache<number>(BALANCE_CACHE_MS);
-  private readonly members = new TtlCache<boolean>(MEMBERSHIP_CACHE_MS);
-  private readonly wallets = new TtlCache<string | null>(Infinity);
-  private readonly runs = new TtlCache<boolean>(MEMBERSHIP_CACHE_MS);
+  private readonly balances = new TtlCache<number>(BALANCE_CACHE_MS, CACHE_ENTRIES_MAX);
+  private readonly members = new TtlCache<boolean>(MEMBERSHIP_CACHE_MS, CACHE_ENTRIES_MAX);
+  private readonly wallets = new TtlCache<string | null>(Infinity, CACHE_ENTRIES_MAX);
+  private readonly runs = new TtlCache<boolean>(MEMBERSHIP_CACHE_MS, CACHE_ENTRIES_MAX);
 
   constructor(
     private readonly sql: Sql,
@@ -81,7 +54,7 @@ export class GatewayPolicies implements Policies {
   /** Whether the user may attribute usage to the run; like memberships, only a yes is cached. */
   private async runVisible(runId: string, userId: string, now: number): Promise<boolean> {
     const key = `${runId}\u0000${userId}`;
-    const yes = await this.runs.get(key, now, () => runVisibleTo(this.sql, runId, userId));
+    const yes = await this.runs.get(key, () => runVisibleTo(this.sql, runId, userId), undefined, now);
     if (!yes) this.runs.delete(key);
     return yes;
   }
@@ -99,10 +72,7 @@ export class GatewayPolicies implements Policies {
     if (team && teamId) {
       // Only memberships are cached: a user just added to a team is let in on the next request.
       const key = `${teamId}\u0000${p.userId}`;
-      const member = await this.members.get(key, now, async () => {
-        const r = await this.sql`SELECT 1 FROM team_members WHERE team_id = ${teamId} AND user_id = ${p.userId}`;
-        return r.length > 0;
-      });
+      const member = await this.members.get(key, () => isMember(this.sql, teamId, p.userId), undefined, now);
       if (!member) this.members.delete(key);
       if (!member) {
         throw new ApiError('forbidden', `${team.header} names team ${JSON.stringify(teamId)}, which this API key's user is not a member of`, {
@@ -113,21 +83,21 @@ export class GatewayPolicies implements Policies {
     }
     if (teamId) ctx.note({ team: teamId });
     const ownerKey = teamId ? `t:${teamId}` : `u:${p.userId}`;
-    const walletId = await this.wallets.get(ownerKey, now, async () => {
+    const walletId = await this.wallets.get(ownerKey, async () => {
       const r = teamId
         ? await this.sql<{ id: string }[]>`SELECT id FROM wallets WHERE team_id = ${teamId}`
         : await this.sql<{ id: string }[]>`SELECT id FROM wallets WHERE user_id = ${p.userId}`;
       return r[0]?.id ?? null;
-    });
+    }, undefined, now);
     if (!walletId) throw new ApiError('payment_required', 'no wallet is attached to this account', { code: 'insufficient_quota' });
-    const balance = await this.balances.get(walletId, now, async () => {
+    const balance = await this.balances.get(walletId, async () => {
       const r = await this.sql<{ balance: number }[]>`SELECT balance FROM wallets WHERE id = ${walletId}`;
       return r[0]?.balance ?? 0;
-    });
+    }, undefined, now);
     if (balance <= 0) {
       throw new ApiError(
         'payment_required',
-        `the ${teamId ? 'team' : 'personal'} wallet has a balance of ${(balance / 10_000).toFixed(4)} USD; top it up to use inference`,
+        `the ${teamId ? 'team' : 'personal'} wallet has a balance of ${unitsToUsd(balance).toFixed(4)} USD; top it up to use inference`,
         { code: 'insufficient_quota', type: 'insufficient_quota' },
       );
     }
@@ -149,7 +119,7 @@ export class GatewayPolicies implements Policies {
     let settled = false;
     return {
       headers: grant.headers,
-      settle: (usage: Usage) => {
+      settle: (usage: TokenUsage) => {
         if (settled) return;
         settled = true;
         // Evaluation models bill input tokens only (DESIGN.md "Billing").

@@ -3,7 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ApiError } from '../../errors.js';
+import { EngineRefused } from '../engine-api.js';
+import { apiErrorOf } from '../outcome.js';
 import { registries } from '../../metrics.js';
 import type { GenerateEvent } from '../engine-api.js';
 import { ensureDefaultModels } from '../convert/default-models.js';
@@ -132,8 +133,8 @@ describe('engine', () => {
     expect(r.done.finishReason).toBe('stop');
   });
 
-  it('refuses a prompt over the context length', () => {
-    expect(() => greedy(Array.from({ length: 510 }, () => 5), 10)).toThrow(ApiError);
+  it('refuses a prompt over the context length (the serving layer refuses it first, naming the field)', () => {
+    expect(() => greedy(Array.from({ length: 510 }, () => 5), 10)).toThrow(/exceeds the context length of 512/);
   });
 
   it('scores branches from one shared prefix as if each were run from scratch, counting the prefix once', async () => {
@@ -204,7 +205,7 @@ describe('engine backpressure', () => {
       expect(held).toBeLessThanOrEqual(4 + 4 + 1);
       const rest = await collect(slow);
       expect([...(first.value as Extract<GenerateEvent, { type: 'delta' }>).tokenIds, ...rest.ids]).toEqual(reference.ids);
-      expect(rest.done.completionTokens).toBe(40);
+      expect(rest.done.usage.outputTokens).toBe(40);
     } finally {
       await small.close();
     }
@@ -220,14 +221,17 @@ describe('engine queue', () => {
       const first = collect(g(100));
       await new Promise((r) => setTimeout(r, 5));
       const second = collect(g(2));
-      let err: ApiError | undefined;
+      let err: EngineRefused | undefined;
       try {
         g(2);
       } catch (e) {
-        err = e as ApiError;
+        err = e as EngineRefused;
       }
-      expect(err?.kind).toBe('overloaded');
+      expect(err).toBeInstanceOf(EngineRefused);
+      expect(err?.reason).toBe('queue_full');
       expect(err?.retryAfterMs).toBeGreaterThan(0);
+      // As the API answers it: 429 with Retry-After.
+      expect(apiErrorOf(err)).toMatchObject({ kind: 'overloaded', retryAfterMs: err?.retryAfterMs });
       await Promise.all([first, second]);
     } finally {
       await small.close();
@@ -249,7 +253,7 @@ describe.skipIf(!fs.existsSync(HF))('a real Hugging Face optimum export (../shar
       const tokens = await e.encodeChat('hf/tiny-random-llama', [{ role: 'user', content: 'Hello there' }]);
       expect(tokens[0]).toBe(1); // <s> from the [INST] template
       const r = await collect(e.generate('hf/tiny-random-llama', { promptTokens: tokens, maxTokens: 6, temperature: 0, topP: 1, stop: [] }));
-      expect(r.done.completionTokens + (r.done.finishReason === 'stop' ? 0 : 0)).toBeGreaterThan(0);
+      expect(r.done.usage.outputTokens).toBeGreaterThan(0);
       const again = await collect(e.generate('hf/tiny-random-llama', { promptTokens: tokens, maxTokens: 6, temperature: 0, topP: 1, stop: [] }));
       expect(again.ids).toEqual(r.ids);
     } finally {

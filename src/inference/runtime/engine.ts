@@ -1,10 +1,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { z } from 'zod';
 import { log } from '../../log.js';
-import { branchFileOf, MODEL_DTYPES, modelFileOf, type ModelDtype } from '../convert/model-config.js';
-import type { BranchSpec, ChatMessage, GenerateEvent, GenerateRequest, ServedModel } from '../engine-api.js';
-import type { InferenceEngine } from '../routes.js';
+import { branchFileOf, modelFileOf, parseModelConfig, type ModelDtype } from '../convert/model-config.js';
+import type { ChatMessage, GenerateEvent, GenerateRequest, InferenceEngine, ScoreRequest, ScoreResult, ServedModel } from '../engine-api.js';
 import { defaultEngineOptions, type EngineOptions } from './options.js';
 import { Runner } from './runner.js';
 import { Scheduler } from './scheduler.js';
@@ -13,17 +11,6 @@ import { ModelText } from './text.js';
 // The model registry and the engine facade: every folder of MODELS_DIR with a
 // cloudgate.json is a model, loaded into its own worker with its own scheduler.
 
-const ModelConfig = z.object({
-  id: z.string().min(1),
-  kind: z.enum(['chat', 'evaluation']),
-  contextLength: z.number().int().positive(),
-  maxTokensDefault: z.number().int().positive().optional(),
-  maxTokensCap: z.number().int().positive().optional(),
-  prices: z.object({ inputPerMTok: z.number().min(0), outputPerMTok: z.number().min(0) }),
-  ownedBy: z.string().default('cloudgate'),
-  created: z.number().int().default(0),
-  dtype: z.enum(MODEL_DTYPES).default('fp32'),
-});
 
 interface Loaded {
   info: ServedModel;
@@ -64,7 +51,7 @@ export class Engine implements InferenceEngine {
       const cfgFile = path.join(dir, 'cloudgate.json');
       if (!fs.existsSync(cfgFile)) continue;
       try {
-        const c = ModelConfig.parse(JSON.parse(fs.readFileSync(cfgFile, 'utf8')));
+        const c = parseModelConfig(JSON.parse(fs.readFileSync(cfgFile, 'utf8')));
         if (models.has(c.id)) throw new Error(`duplicate model id ${c.id}`);
         const text = new ModelText(dir);
         const dtype = pickVariant(dir, c.dtype, cfg.dtype);
@@ -154,7 +141,7 @@ export class Engine implements InferenceEngine {
     return this.get(modelId).scheduler.generate(req);
   }
 
-  scoreBranches(modelId: string, req: { prefixTokens: number[]; branches: BranchSpec[]; signal?: AbortSignal }) {
+  scoreBranches(modelId: string, req: ScoreRequest): Promise<ScoreResult> {
     return this.get(modelId).scheduler.scoreBranches(req.prefixTokens, req.branches, req.signal);
   }
 

@@ -1,6 +1,5 @@
-import { ApiError } from '../../errors.js';
 import { log } from '../../log.js';
-import { engineError, type BranchSpec, type EngineFailure, type GenerateEvent, type GenerateRequest, type TokenLogprob } from '../engine-api.js';
+import { EngineFailed, EngineRefused, type BranchSpec, type EngineFailure, type GenerateEvent, type GenerateRequest, type TokenLogprob } from '../engine-api.js';
 import { engineMetrics as M, kvCacheUsage, observeFinished } from './metrics.js';
 import type { EngineOptions } from './options.js';
 import type { SamplerSpec } from './protocol.js';
@@ -125,20 +124,22 @@ export class Scheduler {
 
   private admit(seq: Seq): void {
     if (!this.runner.alive) {
-      throw new ApiError('unavailable', `model ${this.modelId} is down: its worker kept dying (see the daemon's log); the other models still serve`, { code: 'model_down' });
+      throw new EngineRefused(`model ${this.modelId} is down: its worker kept dying (see the daemon's log); the other models still serve`, 'model_down');
     }
     if (this.waiting.length >= this.opts.queueDepthMax) {
-      throw new ApiError('overloaded', `model ${this.modelId} has ${this.waiting.length} requests waiting, its limit; retry shortly`, { retryAfterMs: 1000 });
+      throw new EngineRefused(`model ${this.modelId} has ${this.waiting.length} requests waiting, its limit; retry shortly`, 'queue_full', 1000);
     }
     const waitMs = this.estimatedWaitMs();
     M.admissionWait.set({ model: this.modelId }, Number.isFinite(waitMs) ? waitMs / 1000 : -1);
     if (waitMs > this.opts.admissionWaitMsMax) {
       const about = Number.isFinite(waitMs) ? `about ${Math.round(waitMs / 1000)} s` : 'longer than any bound (no request has ended lately)';
-      throw new ApiError('overloaded', `model ${this.modelId} is busy: a request would wait ${about} to start, over its limit of ${this.opts.admissionWaitMsMax / 1000} s; retry later`, {
+      throw new EngineRefused(
+        `model ${this.modelId} is busy: a request would wait ${about} to start, over its limit of ${this.opts.admissionWaitMsMax / 1000} s; retry later`,
+        'busy',
         // Until the queue ahead would have moved enough (without a rate, a second), spread by
         // up to half again so that clients refused together do not all come back together.
-        retryAfterMs: (Number.isFinite(waitMs) ? waitMs - this.opts.admissionWaitMsMax : 1_000) * (1 + Math.random() / 2),
-      });
+        (Number.isFinite(waitMs) ? waitMs - this.opts.admissionWaitMsMax : 1_000) * (1 + Math.random() / 2),
+      );
     }
     this.queue(seq);
     if (this.joinRun?.(seq)) return;
@@ -196,12 +197,10 @@ export class Scheduler {
    * stream is closed early, even before its first read, or the signal aborts.
    */
   generate(req: GenerateRequest): AsyncGenerator<GenerateEvent> {
-    if (req.promptTokens.length === 0) throw new ApiError('invalid', 'messages: the prompt encodes to no tokens', { param: 'messages' });
+    // The serving layer refuses these with the request's own field names (serving-checks.ts); here they are broken invariants.
+    if (req.promptTokens.length === 0) throw new Error('generate: the prompt has no tokens');
     if (req.promptTokens.length + req.maxTokens > this.contextLength) {
-      throw new ApiError('invalid', `prompt of ${req.promptTokens.length} tokens plus max_tokens ${req.maxTokens} exceeds the context length of ${this.contextLength}`, {
-        param: 'messages',
-        code: 'context_length_exceeded',
-      });
+      throw new Error(`generate: a prompt of ${req.promptTokens.length} tokens plus ${req.maxTokens} to generate exceeds the context length of ${this.contextLength}`);
     }
     const now = performance.now();
     const gen: Gen = {
@@ -263,11 +262,12 @@ export class Scheduler {
   scoreBranches(prefixTokens: number[], branches: BranchSpec[], signal?: AbortSignal): Promise<{ logprobs: Float32Array[]; processedTokens: number }> {
     return new Promise((resolve, reject) => {
       if (prefixTokens.length === 0 || branches.length === 0 || branches.some((b, i) => b.tokens.length === 0 || b.parent >= i || b.parent < -1)) {
-        reject(new ApiError('invalid', 'evaluation prefix and branches must be non-empty and parents listed before children'));
+        reject(new Error('scoreBranches: the prefix and branches must be non-empty and parents listed before children'));
         return;
       }
       if (prefixTokens.length + Math.max(...branches.map((b) => this.depth(branches, b))) > this.contextLength) {
-        reject(new ApiError('invalid', `evaluation needs more than the context length of ${this.contextLength} tokens`, { param: 'state', code: 'context_length_exceeded' }));
+        // The evaluation planner lays out only what fits (evaluator/evaluate.ts): here it is a broken invariant.
+        reject(new Error(`scoreBranches: the branches need more than the context length of ${this.contextLength} tokens`));
         return;
       }
       const children: number[][] = [[], ...branches.map(() => [] as number[])];
@@ -288,7 +288,8 @@ export class Scheduler {
         'abort',
         () => {
           job.cancelled = true;
-          job.reject(signal.reason instanceof ApiError ? signal.reason : new ApiError('unavailable', 'evaluation cancelled'));
+          // The caller's own reason (its deadline, its client gone) goes back to it as it was given.
+          job.reject(signal.reason);
           this.cancel(prefix);
         },
         { once: true },
@@ -313,20 +314,20 @@ export class Scheduler {
     if (g.finished) return;
     g.finished = true;
     this.completions.note();
-    const promptTokens = g.produced > 0 ? s.promptLen : s.promptLen - s.pending.length;
-    g.queue.push({ type: 'done', finishReason, promptTokens, completionTokens: g.produced, ...(failure ? { failure } : {}) });
+    const usage = { inputTokens: g.produced > 0 ? s.promptLen : s.promptLen - s.pending.length, outputTokens: g.produced };
+    g.queue.push({ type: 'done', finishReason, usage, ...(failure ? { failure } : {}) });
     observeFinished(this.modelId, {
       enqueuedAt: g.enqueuedAt,
       scheduledAt: g.scheduledAt,
       firstTokenAt: g.firstTokenAt,
       endedAt: performance.now(),
-      promptTokens,
-      completionTokens: g.produced,
+      promptTokens: usage.inputTokens,
+      completionTokens: usage.outputTokens,
       finishReason,
     });
     g.wake?.();
     try {
-      g.req.onEnd?.({ promptTokens, completionTokens: g.produced });
+      g.req.onEnd?.(usage);
     } catch (e) {
       log.error({ err: e }, 'onEnd callback failed');
     }
@@ -407,7 +408,7 @@ export class Scheduler {
       ? { message: `model ${this.modelId}'s worker stopped while running this request; it is restarting, retry shortly`, retryable: true }
       : { message: `model ${this.modelId} failed while running this request`, retryable: false };
     if (s.gen) this.end(s, 'failed', failure);
-    (s.prefixOf ?? s.branch?.job)?.reject(e instanceof ApiError ? e : engineError(failure));
+    (s.prefixOf ?? s.branch?.job)?.reject(new EngineFailed(failure));
     s.cancelled = true;
   }
 

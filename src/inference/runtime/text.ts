@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Template } from '@huggingface/jinja';
 import type { Tokenizer } from '@huggingface/tokenizers';
-import { ApiError } from '../../errors.js';
+import { TemplateRefused } from '../engine-api.js';
 import type { ChatMessage } from '../engine-api.js';
 import { TOKENIZE_INLINE_CHARS_MAX, tokenizeThread } from './tokenize-thread.js';
 import { loadTokenizer, readTokenizerFiles } from './tokenizer.js';
@@ -147,7 +147,7 @@ export class ModelText {
       try {
         text = this.template.render({ messages, add_generation_prompt: true, bos_token: this.bos, eos_token: this.eos });
       } catch (e) {
-        throw new ApiError('invalid', `messages: the model's chat template refused them: ${(e as Error).message}`, { param: 'messages' });
+        throw new TemplateRefused((e as Error).message);
       }
     } else {
       text = `${messages.map((m) => `${m.role}: ${m.content}`).join('\n')}\nassistant:`;

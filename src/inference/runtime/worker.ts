@@ -11,11 +11,39 @@ import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/gramm
 // KV cache of every live sequence (kv.ts) and the batch of the last step.
 
 const port = parentPort!;
-let session: ort.InferenceSession;
-/** The shared-prefix graph (branch.onnx) of evaluation models, when there is one. */
-let branchSession: ort.InferenceSession | undefined;
-let arch: Arch;
-let store: KvStore;
+
+/**
+ * Everything this worker holds between messages, in one place: its model (sessions and
+ * shapes), the KV cache of every live sequence, the batch of the last step, each token's
+ * text for grammar masks, and the flags of the run in progress.
+ */
+interface WorkerState {
+  session: ort.InferenceSession;
+  /** The shared-prefix graph (branch.onnx) of evaluation models, when there is one. */
+  branchSession: ort.InferenceSession | undefined;
+  arch: Arch;
+  store: KvStore;
+  batch: BatchState | undefined;
+  tokenTexts: Array<string | null>;
+  /** The main thread asked the decode run to stop after its current step. */
+  interruptRequested: boolean;
+  /** A decode run is in progress (joins run between its steps). */
+  inRun: boolean;
+  /** A step is in flight: frees wait for it. */
+  busy: boolean;
+  /** Model work, one piece at a time in arrival order. */
+  queue: Promise<void>;
+}
+// session, arch and store are set by init, the first message, before any other is handled.
+const w = {
+  branchSession: undefined,
+  batch: undefined,
+  tokenTexts: [],
+  interruptRequested: false,
+  inRun: false,
+  busy: false,
+  queue: Promise.resolve(),
+} as Partial<WorkerState> as WorkerState;
 
 function halfToFloat(h: number): number {
   const s = h & 0x8000 ? -1 : 1;
@@ -27,7 +55,7 @@ function halfToFloat(h: number): number {
 }
 
 async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void> {
-  tokenTexts = msg.tokenTexts ?? [];
+  w.tokenTexts = msg.tokenTexts ?? [];
   const base: ort.InferenceSession.SessionOptions = {
     graphOptimizationLevel: 'all',
     intraOpNumThreads: msg.intraOpThreads,
@@ -36,24 +64,24 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   };
   let provider = msg.executionProvider;
   try {
-    session = await ort.InferenceSession.create(msg.modelPath, { ...base, executionProviders: [provider] });
+    w.session = await ort.InferenceSession.create(msg.modelPath, { ...base, executionProviders: [provider] });
   } catch (e) {
     if (provider === 'cpu' || msg.strict) throw e;
     // A GPU provider that cannot start falls back to CPU unless told to insist.
     port.postMessage({ type: 'warning', message: `${provider} failed (${(e as Error).message}); using cpu` } satisfies WorkerEvent);
     provider = 'cpu';
-    session = await ort.InferenceSession.create(msg.modelPath, { ...base, executionProviders: ['cpu'] });
+    w.session = await ort.InferenceSession.create(msg.modelPath, { ...base, executionProviders: ['cpu'] });
   }
-  const meta = session.inputMetadata;
+  const meta = w.session.inputMetadata;
   const pastKeys = meta.filter((m) => /^past_key_values\.\d+\.key$/.test(m.name));
   if (pastKeys.length === 0) throw new Error('model has no past_key_values.N.key inputs: not a decoder with a KV cache');
   const k0 = pastKeys[0]! as ort.InferenceSession.TensorValueMetadata;
   const kvHeads = Number(k0.shape[1]);
   const headDim = Number(k0.shape[3]);
   if (!Number.isInteger(kvHeads) || !Number.isInteger(headDim)) throw new Error(`cannot read KV heads and head size from ${k0.name} shape ${JSON.stringify(k0.shape)}`);
-  const logitsMeta = session.outputMetadata.find((m) => m.name === 'logits') as ort.InferenceSession.TensorValueMetadata | undefined;
+  const logitsMeta = w.session.outputMetadata.find((m) => m.name === 'logits') as ort.InferenceSession.TensorValueMetadata | undefined;
   if (!logitsMeta) throw new Error('model has no logits output');
-  arch = {
+  w.arch = {
     layers: pastKeys.length,
     kvHeads,
     headDim,
@@ -64,14 +92,14 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     provider,
     sharedPrefix: false,
   };
-  store = new KvStore(arch);
+  w.store = new KvStore(w.arch);
   if (msg.branchModelPath) {
     // The branch graph only makes scoring faster: a model whose branch graph does not load scores without it.
     try {
       const s = await ort.InferenceSession.create(msg.branchModelPath, { ...base, executionProviders: [provider] });
       if (!s.inputNames.includes('prefix_key_values.0.key')) throw new Error('it has no prefix_key_values inputs');
-      branchSession = s;
-      arch.sharedPrefix = true;
+      w.branchSession = s;
+      w.arch.sharedPrefix = true;
     } catch (e) {
       port.postMessage({ type: 'warning', message: `${msg.branchModelPath} not used (${(e as Error).message}); branches are scored with the model graph` } satisfies WorkerEvent);
     }
@@ -96,17 +124,16 @@ interface BatchState {
   /** Written by the branch graph: never fed back as a steady batch. */
   shared: boolean;
 }
-let batch: BatchState | undefined;
 
 /** Writes the batch tensors back into the per-sequence stores; needed before the rows change. */
 function materialize(): void {
-  if (!batch) return;
-  const { seqs, past, P, mask, offset } = batch;
-  const { layers, kvHeads: H, headDim: D } = arch;
+  if (!w.batch) return;
+  const { seqs, past, P, mask, offset } = w.batch;
+  const { layers, kvHeads: H, headDim: D } = w.arch;
   for (let b = 0; b < seqs.length; b++) {
-    const kv = store.get(seqs[b]!);
+    const kv = w.store.get(seqs[b]!);
     if (!kv) continue;
-    store.grow(kv, kv.len);
+    w.store.grow(kv, kv.len);
     const positions: number[] = [];
     for (let j = 0; j < P; j++) if (mask[b * P + j] === 1n) positions.push(j);
     for (let l = 0; l < layers; l++) {
@@ -127,7 +154,7 @@ function materialize(): void {
       }
     }
   }
-  batch = undefined;
+  w.batch = undefined;
 }
 
 interface StepInputs {
@@ -146,7 +173,7 @@ interface StepInputs {
  */
 function stepInputs(rows: StepRow[], kvs: Kv[], from: number, positions: boolean, steady?: BatchState): StepInputs {
   const B = rows.length;
-  const { layers, kvHeads: H, headDim: D } = arch;
+  const { layers, kvHeads: H, headDim: D } = w.arch;
   const P = steady ? steady.P : Math.max(...kvs.map((k) => k.len - from));
   const S = Math.max(...rows.map((r) => r.tokens.length));
   const T = P + S;
@@ -174,13 +201,13 @@ function stepInputs(rows: StepRow[], kvs: Kv[], from: number, positions: boolean
   else {
     for (let l = 0; l < layers; l++) {
       for (const which of ['key', 'value'] as const) {
-        const buf = store.alloc(B * H * P * D);
+        const buf = w.store.alloc(B * H * P * D);
         for (let b = 0; b < B; b++) {
           const kv = kvs[b]!;
           const pad = P - (kv.len - from);
-          for (let h = 0; h < H; h++) store.copySpan(kv, l, which, h, from, kv.len, buf, ((b * H + h) * P + pad) * D);
+          for (let h = 0; h < H; h++) w.store.copySpan(kv, l, which, h, from, kv.len, buf, ((b * H + h) * P + pad) * D);
         }
-        feeds[`past_key_values.${l}.${which}`] = new ort.Tensor(arch.kvType, buf, [B, H, P, D]);
+        feeds[`past_key_values.${l}.${which}`] = new ort.Tensor(w.arch.kvType, buf, [B, H, P, D]);
       }
     }
   }
@@ -194,7 +221,7 @@ function lastLogits(logits: ort.Tensor, B: number): Float32Array {
   const data = logits.data as Float32Array | Uint16Array;
   for (let b = 0; b < B; b++) {
     const from = (b * S + S - 1) * V;
-    if (arch.logitsType === 'float16') for (let i = 0; i < V; i++) last[b * V + i] = halfToFloat(data[from + i]!);
+    if (w.arch.logitsType === 'float16') for (let i = 0; i < V; i++) last[b * V + i] = halfToFloat(data[from + i]!);
     else last.set((data as Float32Array).subarray(from, from + V), b * V);
   }
   return last;
@@ -202,14 +229,14 @@ function lastLogits(logits: ort.Tensor, B: number): Float32Array {
 
 function presents(out: ort.InferenceSession.OnnxValueMapType): Record<string, ort.Tensor> {
   const past: Record<string, ort.Tensor> = {};
-  for (let l = 0; l < arch.layers; l++) for (const which of ['key', 'value'] as const) past[`past_key_values.${l}.${which}`] = out[`present.${l}.${which}`]!;
+  for (let l = 0; l < w.arch.layers; l++) for (const which of ['key', 'value'] as const) past[`past_key_values.${l}.${which}`] = out[`present.${l}.${which}`]!;
   return past;
 }
 
 /** Counts the step's tokens into its rows and keeps its presents as the batch (the stores are stale for these rows until materialize()). */
 function afterStep(rows: StepRow[], kvs: Kv[], out: ort.InferenceSession.OnnxValueMapType, inp: StepInputs, offset: number): Float32Array {
   for (let b = 0; b < rows.length; b++) kvs[b]!.len += rows[b]!.tokens.length;
-  batch = { seqs: rows.map((r) => r.seq), past: presents(out), P: inp.T, mask: inp.mask, offset, shared: offset > 0 };
+  w.batch = { seqs: rows.map((r) => r.seq), past: presents(out), P: inp.T, mask: inp.mask, offset, shared: offset > 0 };
   return lastLogits(out.logits!, rows.length);
 }
 
@@ -217,19 +244,19 @@ function afterStep(rows: StepRow[], kvs: Kv[], out: ort.InferenceSession.OnnxVal
 async function step(rows: StepRow[]): Promise<Float32Array> {
   const root = sharedRoot(rows);
   if (root) return branchStep(rows, root);
-  const steady = !!batch && !batch.shared && batch.seqs.length === rows.length && rows.every((r, b) => r.seq === batch!.seqs[b] && r.tokens.length === 1);
+  const steady = !!w.batch && !w.batch.shared && w.batch.seqs.length === rows.length && rows.every((r, b) => r.seq === w.batch!.seqs[b] && r.tokens.length === 1);
   if (!steady) materialize();
-  const kvs = rows.map((r) => store.open(r.seq, Math.max(16, r.tokens.length)));
-  const inp = stepInputs(rows, kvs, 0, arch.hasPositionIds, steady ? batch : undefined);
-  return afterStep(rows, kvs, await session.run(inp.feeds), inp, 0);
+  const kvs = rows.map((r) => w.store.open(r.seq, Math.max(16, r.tokens.length)));
+  const inp = stepInputs(rows, kvs, 0, w.arch.hasPositionIds, steady ? w.batch : undefined);
+  return afterStep(rows, kvs, await w.session.run(inp.feeds), inp, 0);
 }
 
 /** The prefix every row continues, when all rows are forks of one and the model has a branch graph. */
 function sharedRoot(rows: StepRow[]): Kv | undefined {
-  if (!branchSession) return undefined;
+  if (!w.branchSession) return undefined;
   let root: Kv | undefined;
   for (const r of rows) {
-    let kv = store.get(r.seq);
+    let kv = w.store.get(r.seq);
     if (!kv?.base) return undefined;
     while (kv.base) kv = kv.base;
     if (root && kv !== root) return undefined;
@@ -240,14 +267,14 @@ function sharedRoot(rows: StepRow[]): Kv | undefined {
 
 function prefixFeeds(root: Kv): Record<string, ort.Tensor> {
   if (root.prefixFeeds?.len === root.len) return root.prefixFeeds.feeds;
-  const { layers, kvHeads: H, headDim: D } = arch;
+  const { layers, kvHeads: H, headDim: D } = w.arch;
   const Q = root.len;
   const feeds: Record<string, ort.Tensor> = {};
   for (let l = 0; l < layers; l++) {
     for (const which of ['key', 'value'] as const) {
-      const buf = store.alloc(H * Q * D);
-      for (let h = 0; h < H; h++) store.copySpan(root, l, which, h, 0, Q, buf, h * Q * D);
-      feeds[`prefix_key_values.${l}.${which}`] = new ort.Tensor(arch.kvType, buf, [1, H, Q, D]);
+      const buf = w.store.alloc(H * Q * D);
+      for (let h = 0; h < H; h++) w.store.copySpan(root, l, which, h, 0, Q, buf, h * Q * D);
+      feeds[`prefix_key_values.${l}.${which}`] = new ort.Tensor(w.arch.kvType, buf, [1, H, Q, D]);
     }
   }
   root.prefixFeeds = { len: Q, feeds };
@@ -261,10 +288,10 @@ function prefixFeeds(root: Kv): Record<string, ort.Tensor> {
  */
 async function branchStep(rows: StepRow[], root: Kv): Promise<Float32Array> {
   materialize();
-  const kvs = rows.map((r) => store.get(r.seq)!);
+  const kvs = rows.map((r) => w.store.get(r.seq)!);
   const inp = stepInputs(rows, kvs, root.len, true);
   Object.assign(inp.feeds, prefixFeeds(root));
-  return afterStep(rows, kvs, await branchSession!.run(inp.feeds), inp, root.len);
+  return afterStep(rows, kvs, await w.branchSession!.run(inp.feeds), inp, root.len);
 }
 
 /**
@@ -299,7 +326,6 @@ interface Sampling {
 const samplers = new Map<number, Sampling>();
 
 /** Each token's text (from init), for grammar masks; maskers kept per grammar, the most recent few. */
-let tokenTexts: Array<string | null> = [];
 const maskers = new Map<string, TokenMasker>();
 /** Distinct grammars whose vocabulary index stays built (one per schema in use, at most). */
 const MASKERS_MAX = 32;
@@ -310,7 +336,7 @@ function maskerFor(key: string, g: Grammar): TokenMasker {
     maskers.set(key, m);
     return m;
   }
-  m = new TokenMasker(new Matcher(g), tokenTexts);
+  m = new TokenMasker(new Matcher(g), w.tokenTexts);
   maskers.set(key, m);
   if (maskers.size > MASKERS_MAX) maskers.delete(maskers.keys().next().value!);
   return m;
@@ -326,7 +352,7 @@ class Constraint {
   private readonly allowed: Uint8Array;
   constructor(private readonly masker: TokenMasker) {
     this.state = masker.matcher.initial();
-    this.allowed = new Uint8Array(tokenTexts.length);
+    this.allowed = new Uint8Array(w.tokenTexts.length);
   }
 
   apply(l: Float32Array, eos: ReadonlySet<number>): void {
@@ -339,7 +365,7 @@ class Constraint {
 
   accept(tok: number, eos: ReadonlySet<number>): void {
     if (eos.has(tok)) return;
-    this.state = this.masker.matcher.advanceText(this.state, tokenTexts[tok] ?? '') ?? this.state;
+    this.state = this.masker.matcher.advanceText(this.state, w.tokenTexts[tok] ?? '') ?? this.state;
   }
 }
 
@@ -406,12 +432,11 @@ function logprobsOf(seqs: number[]): Array<TokenLogprob | null> | undefined {
   return seqs.map((seq) => samplers.get(seq)?.lastLogprob ?? null);
 }
 
-let interruptRequested = false;
 
 /** A prompt step whose answer goes back as a `step` reply; the generations it starts are returned. */
 async function replyStep(id: number, rows: StepRow[]): Promise<number[]> {
   const { logits, tokens, logprobs } = await promptStep(rows);
-  port.postMessage({ type: 'step', id, logits, tokens, kvBytes: store.bytes, logprobs } satisfies WorkerEvent, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
+  port.postMessage({ type: 'step', id, logits, tokens, kvBytes: w.store.bytes, logprobs } satisfies WorkerEvent, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
   return rows.filter((r) => r.sampler).map((r) => r.seq);
 }
 
@@ -420,7 +445,6 @@ async function replyStep(id: number, rows: StepRow[]): Promise<number[]> {
  * steps, with no round trip to the main thread; their generations join the run.
  */
 const joins: Array<Extract<WorkerCommand, { type: 'join' }>> = [];
-let inRun = false;
 
 /** Runs the oldest join; a join that fails is answered with its error (the run goes on). */
 async function runJoin(): Promise<number[]> {
@@ -435,12 +459,12 @@ async function runJoin(): Promise<number[]> {
 
 /** Decodes `seqs` until each has ended or been freed, the main thread interrupts, or `stepsMax` steps ran; posts each step's tokens. */
 async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<void> {
-  interruptRequested = false;
-  inRun = true;
-  const alive = (seq: number) => store.has(seq) && samplers.get(seq)?.ended === false;
+  w.interruptRequested = false;
+  w.inRun = true;
+  const alive = (seq: number) => w.store.has(seq) && samplers.get(seq)?.ended === false;
   let live = seqs.filter(alive);
   try {
-    for (let steps = 0; !interruptRequested && steps < stepsMax; steps++) {
+    for (let steps = 0; !w.interruptRequested && steps < stepsMax; steps++) {
       while (joins.length) for (const seq of await runJoin()) if (alive(seq) && !live.includes(seq)) live.push(seq);
       if (!live.length) break;
       const logits = await step(live.map((seq) => ({ seq, tokens: [samplers.get(seq)!.next] })));
@@ -453,7 +477,7 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
     // Joins that came with the last step still get their answer; they decode in the next run.
     while (joins.length) await runJoin();
   } finally {
-    inRun = false;
+    w.inRun = false;
     // Only when a step failed: its joins are answered with the failure too.
     for (const j of joins.splice(0)) port.postMessage({ type: 'error', id: j.id, message: 'the decode run failed' } satisfies WorkerEvent);
   }
@@ -461,36 +485,34 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
 
 // Frees that arrive while a step is in flight wait for it: the batch in the
 // session's tensors must not change under a running step.
-let busy = false;
 const deferredFrees: number[] = [];
 function applyDeferredFrees(): void {
   if (deferredFrees.length) free(deferredFrees.splice(0));
 }
 
 function fork(from: number, to: number[]): void {
-  if (batch?.seqs.includes(from)) materialize();
-  const src = store.get(from);
+  if (w.batch?.seqs.includes(from)) materialize();
+  const src = w.store.get(from);
   if (!src) throw new Error(`fork: sequence ${from} has no cache`);
-  store.fork(src, to);
+  w.store.fork(src, to);
 }
 
 function free(seqs: number[]): void {
-  if (batch && seqs.some((s) => batch!.seqs.includes(s))) materialize();
-  for (const s of seqs) if (store.delete(s)) samplers.delete(s);
+  if (w.batch && seqs.some((s) => w.batch!.seqs.includes(s))) materialize();
+  for (const s of seqs) if (w.store.delete(s)) samplers.delete(s);
 }
 
 // Model work runs one piece at a time, in arrival order; interrupts and
 // frees act at once (frees wait for the step in flight, see above).
-let queue: Promise<void> = Promise.resolve();
 function serial(msg: WorkerCommand & { id: number }, work: () => Promise<void>): void {
-  queue = queue.then(async () => {
-    busy = true;
+  w.queue = w.queue.then(async () => {
+    w.busy = true;
     try {
       await work();
     } catch (e) {
       port.postMessage({ type: 'error', id: msg.id, message: (e as Error).message } satisfies WorkerEvent);
     } finally {
-      busy = false;
+      w.busy = false;
       applyDeferredFrees();
     }
   });
@@ -509,7 +531,7 @@ port.on('message', async (msg: WorkerCommand) => {
     case 'init':
       try {
         await init(msg);
-        port.postMessage({ type: 'ready', arch } satisfies WorkerEvent);
+        port.postMessage({ type: 'ready', arch: w.arch } satisfies WorkerEvent);
       } catch (e) {
         port.postMessage({ type: 'init-error', message: (e as Error).message } satisfies WorkerEvent);
       }
@@ -517,16 +539,16 @@ port.on('message', async (msg: WorkerCommand) => {
     case 'step':
       return serial(msg, async () => void (await replyStep(msg.id, msg.rows)));
     case 'join':
-      if (inRun) joins.push(msg);
+      if (w.inRun) joins.push(msg);
       else serial(msg, async () => void (await replyStep(msg.id, msg.rows)));
       return;
     case 'decode':
       return serial(msg, async () => {
         await decodeRun(msg.id, msg.seqs, msg.stepsMax);
-        port.postMessage({ type: 'decode-done', id: msg.id, kvBytes: store.bytes } satisfies WorkerEvent);
+        port.postMessage({ type: 'decode-done', id: msg.id, kvBytes: w.store.bytes } satisfies WorkerEvent);
       });
     case 'interrupt':
-      interruptRequested = true;
+      w.interruptRequested = true;
       return;
     case 'fork':
       return serial(msg, async () => {
@@ -534,13 +556,13 @@ port.on('message', async (msg: WorkerCommand) => {
         port.postMessage({ type: 'done', id: msg.id } satisfies WorkerEvent);
       });
     case 'free':
-      if (busy) deferredFrees.push(...msg.seqs);
+      if (w.busy) deferredFrees.push(...msg.seqs);
       else free(msg.seqs);
       return;
     case 'close':
       return serial(msg, async () => {
-        await session?.release();
-        await branchSession?.release();
+        await w.session?.release();
+        await w.branchSession?.release();
         port.postMessage({ type: 'done', id: msg.id } satisfies WorkerEvent);
       });
   }
