@@ -49,6 +49,12 @@ describe.each(['Dockerfile', 'Dockerfile.gpu'])('%s', (file) => {
     expect(one('CMD').at(-1)).toBe('["node", "dist/src/main.js"]');
   });
 
+  it("sets glibc's malloc as the memory soak measured it (docs/faults.md)", () => {
+    const env = one('ENV').join(' ');
+    expect(env).toMatch(/\bMALLOC_ARENA_MAX=2\b/);
+    expect(env).toMatch(/\bMALLOC_MMAP_THRESHOLD_=131072\b/);
+  });
+
   it('carries the OCI labels', () => {
     const labels = one('LABEL').join(' ');
     for (const k of ['title', 'description', 'source', 'licenses', 'version']) expect(labels).toContain(`org.opencontainers.image.${k}=`);

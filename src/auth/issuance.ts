@@ -3,11 +3,11 @@ import type { Sql, Tx } from '../db/index.js';
 import { newId } from '../ids.js';
 import { generateKey, hashKey, keyPrefix } from './keys.js';
 import { ungrantable, type Principal, type RateLimits } from './principal.js';
+import { iso } from '../format.js';
 
 // Users, teams, memberships and keys. Every user and team gets its wallet in
 // the same transaction that creates it, so no owner is ever without one.
 
-const iso = (d: Date) => d.toISOString();
 const isUniqueViolation = (e: unknown) => (e as { code?: string }).code === '23505';
 
 export async function createUser(sql: Sql, name: string, email: string) {

@@ -1,8 +1,6 @@
-import { Worker } from 'node:worker_threads';
 import { ApiError, type ErrorKind, type FieldIssue } from '../errors.js';
 import type { Ctx } from '../http/context.js';
-import { log } from '../log.js';
-import { workerPath } from './runtime/runner.js';
+import { JobThread } from './runtime/job-thread.js';
 import type { ServedModel } from './engine-api.js';
 
 /**
@@ -29,9 +27,7 @@ export type ScreenResult =
  * back to this thread is either a refusal or a body small enough to fit a model.
  */
 export class BodyScreen {
-  private worker: Worker | undefined;
-  private seq = 0;
-  private readonly pending = new Map<number, (r: ScreenResult) => void>();
+  private readonly thread = new JobThread<ScreenJob, ScreenResult>('../screen-worker.js', 'body screening thread');
 
   /** `models` is the fixed list served (it is sent with each job: the thread keeps no state). */
   constructor(private readonly models: ServedModel[]) {}
@@ -39,40 +35,14 @@ export class BodyScreen {
   async json(ctx: Ctx, kind: ScreenJob['kind']): Promise<unknown> {
     const body = await ctx.body();
     if (body.length <= BODY_INLINE_BYTES_MAX) return ctx.json();
-    const r = await this.run({ id: ++this.seq, kind, body, models: this.models, headerModel: kind === 'evaluation' ? ctx.header('ai-model-id') : undefined });
+    // A body in a buffer of its own moves to the thread without a copy (a 16 MiB copy held the loop ~60 ms).
+    const transfer = body.byteOffset === 0 && body.byteLength === body.buffer.byteLength && body.buffer instanceof ArrayBuffer ? [body.buffer] : [];
+    const r = await this.thread
+      .run({ kind, body, models: this.models, headerModel: kind === 'evaluation' ? ctx.header('ai-model-id') : undefined }, transfer)
+      .catch((): ScreenResult => ({ id: 0, error: { kind: 'internal', message: 'internal error while reading the request' } }));
     if ('error' in r) throw new ApiError(r.error.kind, r.error.message, { param: r.error.param, code: r.error.code, issues: r.error.issues });
     // The body went to the thread (transferred, not copied); its parsed value stands for it.
     ctx.setJson(r.value);
     return r.value;
-  }
-
-  private run(job: ScreenJob): Promise<ScreenResult> {
-    const w = (this.worker ??= this.start());
-    const b = job.body;
-    // A body in a buffer of its own moves to the thread without a copy (a 16 MiB copy held the loop ~60 ms).
-    const transfer = b.byteOffset === 0 && b.byteLength === b.buffer.byteLength && b.buffer instanceof ArrayBuffer ? [b.buffer] : [];
-    return new Promise((done) => {
-      this.pending.set(job.id, done);
-      w.postMessage(job, transfer);
-    });
-  }
-
-  private start(): Worker {
-    const w = new Worker(workerPath('../screen-worker.js'));
-    w.unref();
-    w.on('message', (r: ScreenResult) => {
-      this.pending.get(r.id)?.(r);
-      this.pending.delete(r.id);
-    });
-    const lost = (e: Error) => {
-      if (this.worker !== w) return;
-      this.worker = undefined;
-      log.error({ err: e, jobs: this.pending.size }, 'body screening thread lost');
-      for (const [id, done] of this.pending) done({ id, error: { kind: 'internal', message: 'internal error while reading the request' } });
-      this.pending.clear();
-    };
-    w.on('error', lost);
-    w.on('exit', (code) => lost(new Error(`body screening thread exited with code ${code}`)));
-    return w;
   }
 }

@@ -4,6 +4,7 @@ import { ApiError, conflict } from '../errors.js';
 import { newId } from '../ids.js';
 import { log } from '../log.js';
 import { CHARGE_RESOURCE, CHARGE_TYPES, postTransaction, unitsToUsd } from './ledger.js';
+import { iso } from '../format.js';
 
 // Invoices: a statement of a wallet's charges over a period. Periods of one
 // wallet follow each other without gap or overlap: each starts where the
@@ -38,7 +39,6 @@ interface InvoiceRow {
   voided_at: Date | null;
 }
 
-const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
 function record(r: InvoiceRow) {
   return {

@@ -3,7 +3,7 @@ import { DB_BULK_WAIT_MS, withWait } from '../db/bounded.js';
 import { ApiError, conflict, invalid, notFound } from '../errors.js';
 import type { Sql, Tx } from '../db/index.js';
 import { newId } from '../ids.js';
-import { iso } from './common.js';
+import { iso } from '../format.js';
 import type { CreateEvaluationBody, UpdateEvaluationBody } from './protocol.js';
 import { isMember, teamsOf } from '../auth/membership.js';
 

@@ -1,7 +1,7 @@
 import { ApiError, conflict, invalid, notFound } from '../errors.js';
 import type { Sql, Tx } from '../db/index.js';
 import { newId } from '../ids.js';
-import { iso } from './common.js';
+import { iso } from '../format.js';
 import { normaliseSpec } from './pricing.js';
 import type { Catalog } from './protocol.js';
 import { forgetOffers } from './availability.js';

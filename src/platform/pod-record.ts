@@ -1,5 +1,6 @@
 import type { Sql, Tx } from '../db/index.js';
-import { iso, usd } from './common.js';
+import { iso } from '../format.js';
+import { usd } from './common.js';
 import type { PortMapping } from './providers/provider.js';
 import { teamsOf } from '../auth/membership.js';
 

@@ -1,6 +1,6 @@
 import { notFound } from '../errors.js';
 import type { Sql, Tx } from '../db/index.js';
-import { iso } from './common.js';
+import { iso } from '../format.js';
 import type { Page } from '../http/query.js';
 import { isMember, teamsOf } from '../auth/membership.js';
 

@@ -32,6 +32,13 @@ export interface Arch {
   provider: string;
 }
 
+/**
+ * The one rule for where a generation ends by itself: an end-of-text token, or `budget`
+ * (max_tokens) tokens made. The worker stops sampling by it, and the scheduler, reading
+ * the same tokens, knows by it which sequences the worker has already let go.
+ */
+export const endsGeneration = (tok: number, made: number, budget: number, eos: ReadonlySet<number>): boolean => eos.has(tok) || made >= budget;
+
 /** How to sample a generation, given with its last prompt chunk; the worker samples it from then on. */
 export interface SamplerSpec {
   temperature: number;

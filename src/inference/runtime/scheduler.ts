@@ -1,35 +1,19 @@
 import { log } from '../../log.js';
 import { EngineFailed, EngineRefused, type BranchSpec, type EngineFailure, type GenerateEvent, type GenerateRequest, type TokenLogprob } from '../engine-api.js';
-import { engineMetrics as M, kvCacheUsage, observeFinished } from './metrics.js';
+import { engineMetrics as M, kvCacheUsage } from './metrics.js';
 import type { EngineOptions } from './options.js';
-import type { SamplerSpec } from './protocol.js';
+import { endsGeneration, type SamplerSpec } from './protocol.js';
 import { WorkerLost, type Runner } from './runner.js';
 import { CompletionRate } from './throughput.js';
 import { logSoftmax } from './sampler.js';
-import { Detokenizer, StopMatcher, type ModelText } from './text.js';
+import { Generation } from './output.js';
+import type { ModelText } from './text.js';
 
 // One owner of a model's batch slots. Sequences join between steps and leave
 // when done; the worker either decodes (a run of steps, every decoding
 // sequence one token each, sampled in the worker) or takes a bounded prefill
 // step (prompt chunks), alternating when both have work, so a long prompt
 // delays running streams by one step at most.
-
-interface Gen {
-  req: GenerateRequest;
-  /** The sampler's seed; the worker samples the sequence from its last prompt chunk on. */
-  seed: number;
-  detok: Detokenizer;
-  stop: StopMatcher;
-  produced: number;
-  queue: GenerateEvent[];
-  wake: (() => void) | undefined;
-  finished: boolean;
-  enqueuedAt: number;
-  lastTokenAt: number;
-  /** When it took a batch slot, and made its first token (request-level metrics). */
-  scheduledAt: number | undefined;
-  firstTokenAt: number | undefined;
-}
 
 interface Branch {
   job: ScoreJob;
@@ -52,7 +36,7 @@ interface Seq {
   /** Tokens not yet run through the model. */
   pending: number[];
   promptLen: number;
-  gen?: Gen;
+  gen?: Generation;
   branch?: Branch;
   /** A score job's shared prefix: forked into its branches once prefilled. */
   prefixOf?: ScoreJob;
@@ -202,22 +186,7 @@ export class Scheduler {
     if (req.promptTokens.length + req.maxTokens > this.contextLength) {
       throw new Error(`generate: a prompt of ${req.promptTokens.length} tokens plus ${req.maxTokens} to generate exceeds the context length of ${this.contextLength}`);
     }
-    const now = performance.now();
-    const gen: Gen = {
-      req,
-      seed: req.seed ?? (Math.random() * 2 ** 32) >>> 0,
-      // The last prompt tokens give the first generated token its context (a leading space, say).
-      detok: new Detokenizer(this.text, req.promptTokens.slice(-4)),
-      stop: new StopMatcher(req.stop),
-      produced: 0,
-      queue: [],
-      wake: undefined,
-      finished: false,
-      enqueuedAt: now,
-      lastTokenAt: now,
-      scheduledAt: undefined,
-      firstTokenAt: undefined,
-    };
+    const gen = new Generation(req, this.text, this.modelId);
     const seq: Seq = { id: this.nextSeq++, pending: [...req.promptTokens], promptLen: req.promptTokens.length, gen, cancelled: false };
     const onAbort = () => this.cancel(seq);
     req.signal?.addEventListener('abort', onAbort);
@@ -237,7 +206,7 @@ export class Scheduler {
     return it;
   }
 
-  private async *events(seq: Seq, gen: Gen, onAbort: () => void): AsyncGenerator<GenerateEvent> {
+  private async *events(seq: Seq, gen: Generation, onAbort: () => void): AsyncGenerator<GenerateEvent> {
     const req = gen.req;
     try {
       while (true) {
@@ -308,29 +277,13 @@ export class Scheduler {
     return n;
   }
 
-  /** Ends a generation once: a final event for its reader and its usage for billing. */
+  /** Ends a generation once: a final event for its reader and its usage for billing (output.ts). */
   private end(s: Seq, finishReason: 'stop' | 'length' | 'cancelled' | 'failed', failure?: EngineFailure): void {
     const g = s.gen!;
     if (g.finished) return;
-    g.finished = true;
     this.completions.note();
-    const usage = { inputTokens: g.produced > 0 ? s.promptLen : s.promptLen - s.pending.length, outputTokens: g.produced };
-    g.queue.push({ type: 'done', finishReason, usage, ...(failure ? { failure } : {}) });
-    observeFinished(this.modelId, {
-      enqueuedAt: g.enqueuedAt,
-      scheduledAt: g.scheduledAt,
-      firstTokenAt: g.firstTokenAt,
-      endedAt: performance.now(),
-      promptTokens: usage.inputTokens,
-      completionTokens: usage.outputTokens,
-      finishReason,
-    });
-    g.wake?.();
-    try {
-      g.req.onEnd?.(usage);
-    } catch (e) {
-      log.error({ err: e }, 'onEnd callback failed');
-    }
+    // A prompt cut short is billed for what ran of it; one that made a token, whole.
+    g.end(finishReason, { inputTokens: g.produced > 0 ? s.promptLen : s.promptLen - s.pending.length, outputTokens: g.produced }, failure);
   }
 
   private paused(seq: Seq): boolean {
@@ -553,49 +506,16 @@ export class Scheduler {
 
   /** Whether the worker stopped this sequence by itself after `tok`: end of text, or max_tokens reached. */
   private endedInWorker(s: Seq, tok: number): boolean {
-    return this.text.eosIds.has(tok) || s.gen!.produced >= s.gen!.req.maxTokens;
+    return endsGeneration(tok, s.gen!.produced, s.gen!.req.maxTokens, this.text.eosIds);
   }
 
   /**
-   * Counts a token sampled by the worker and delivers it. The sequence goes
+   * Counts a token sampled by the worker and delivers it (output.ts). The sequence goes
    * on with it unless it ends the sequence by itself (end of text, max_tokens).
    */
   private accept(s: Seq, tok: number, lp?: TokenLogprob | null): void {
-    const g = s.gen!;
-    const now = performance.now();
-    if (g.produced === 0) {
-      M.ttft.observe({ model: this.modelId }, (now - g.enqueuedAt) / 1000);
-      g.firstTokenAt = now;
-    }
-    else M.itl.observe({ model: this.modelId }, (now - g.lastTokenAt) / 1000);
-    g.lastTokenAt = now;
-    g.produced++;
-    M.generatedTokens.inc({ model: this.modelId });
-    if (!this.text.eosIds.has(tok) && g.produced < g.req.maxTokens) s.pending = [tok];
-    this.deliver(s, tok, lp ?? undefined);
-  }
-
-  private deliver(s: Seq, tok: number, lp: TokenLogprob | undefined): void {
-    const g = s.gen!;
-    if (g.finished) return;
-    let finish: 'stop' | 'length' | undefined;
-    if (this.text.eosIds.has(tok)) finish = 'stop';
-    else {
-      const { out, stopped } = g.stop.push(g.detok.push(tok));
-      const logprobs = lp ? { logprobs: [lp] } : {};
-      if (out) g.queue.push({ type: 'delta', text: out, tokenIds: [tok], ...logprobs });
-      else if (!stopped) g.queue.push({ type: 'delta', text: '', tokenIds: [tok], ...logprobs });
-      if (stopped) finish = 'stop';
-      else if (g.produced >= g.req.maxTokens) finish = 'length';
-    }
-    if (finish) {
-      if (finish === 'length' || this.text.eosIds.has(tok)) {
-        const rest = g.stop.flush();
-        if (rest) g.queue.push({ type: 'delta', text: rest, tokenIds: [] });
-      }
-      this.end(s, finish);
-    } else {
-      g.wake?.();
-    }
+    const r = s.gen!.accept(tok, lp ?? undefined);
+    if (r.goesOn) s.pending = [tok];
+    if (r.finish) this.end(s, r.finish);
   }
 }

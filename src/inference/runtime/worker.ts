@@ -1,7 +1,7 @@
 import v8 from 'node:v8';
 import { parentPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
-import type { Arch, WorkerEvent, WorkerCommand, SamplerSpec, StepRow } from './protocol.js';
+import { endsGeneration, type Arch, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow } from './protocol.js';
 import { KvStore, type Kv } from './kv.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
@@ -317,6 +317,8 @@ interface Sampling {
   constraint: Constraint | undefined;
   rand: () => number;
   budget: number;
+  /** Tokens sampled so far. */
+  made: number;
   eos: Set<number>;
   /** The last sampled token: the input of the sequence's next decode step. */
   next: number;
@@ -390,8 +392,8 @@ function draw(sm: Sampling, logits: Float32Array, row: number, V: number): numbe
   if (sm.topLogprobs !== undefined) sm.lastLogprob = tokenLogprob(logits, row * V, V, tok, sm.topLogprobs);
   if (sm.adjust) sm.counts.set(tok, (sm.counts.get(tok) ?? 0) + 1);
   sm.next = tok;
-  sm.budget--;
-  sm.ended = sm.eos.has(tok) || sm.budget <= 0;
+  sm.made++;
+  sm.ended = endsGeneration(tok, sm.made, sm.budget, sm.eos);
   return tok;
 }
 
@@ -408,6 +410,7 @@ function startSampler(seq: number, spec: SamplerSpec): Sampling {
     constraint: spec.grammar ? new Constraint(maskerFor(spec.grammar.key, spec.grammar.grammar)) : undefined,
     rand: mulberry32(spec.seed),
     budget: spec.budget,
+    made: 0,
     eos: new Set(spec.eos),
     next: -1,
     ended: false,
