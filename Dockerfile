@@ -47,13 +47,11 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 # MALLOC_ARENA_MAX=2: glibc's per-thread malloc arenas fragment under the model workers'
 # varied allocations (bench/README.md "Faults": an 8-minute soak grew 13.7 MiB/min in its
-# second half with the default, 2.2 MiB/min with 2). MALLOC_MMAP_THRESHOLD_=131072 fixes
-# glibc's mmap threshold (setting it stops the dynamic raise towards 32 MiB): tensors and
-# KV buffers of 128 KiB and more get mappings of their own, returned at free, instead of
-# fragmenting the heap (docs/faults.md "Memory": a soak's second half went flat with it).
+# second half with the default, 2.2 MiB/min with 2). A fixed mmap threshold
+# (MALLOC_MMAP_THRESHOLD_=131072) flattened a soak but halved 16-stream decoding: not set
+# (docs/faults.md "Memory").
 ENV NODE_ENV=production \
     MALLOC_ARENA_MAX=2 \
-    MALLOC_MMAP_THRESHOLD_=131072 \
     HOST=0.0.0.0 \
     PORT=8000 \
     INFERENCE_PORT=8001 \

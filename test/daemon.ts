@@ -50,7 +50,6 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir?: st
       METER_INTERVAL_MS: '250',
       // As npm start and the image run it (package.json, Dockerfile).
       MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? '2',
-      MALLOC_MMAP_THRESHOLD_: process.env.MALLOC_MMAP_THRESHOLD_ ?? '131072',
       // Under vitest every answer is checked against /openapi.json's declaration of its route;
       // stopDaemon fails on any mismatch. Benchmarks (not vitest) run without the check.
       CHECK_RESPONSE_SCHEMAS: process.env.VITEST ? '1' : '0',

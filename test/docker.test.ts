@@ -52,7 +52,6 @@ describe.each(['Dockerfile', 'Dockerfile.gpu'])('%s', (file) => {
   it("sets glibc's malloc as the memory soak measured it (docs/faults.md)", () => {
     const env = one('ENV').join(' ');
     expect(env).toMatch(/\bMALLOC_ARENA_MAX=2\b/);
-    expect(env).toMatch(/\bMALLOC_MMAP_THRESHOLD_=131072\b/);
   });
 
   it('carries the OCI labels', () => {
