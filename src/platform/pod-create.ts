@@ -101,9 +101,9 @@ async function lockDisks(tx: Tx, userId: string, ids: string[], o: GpuOfferRow):
   });
 }
 
-export async function createPod(sql: Sql, userId: string, b: CreatePodBody) {
+/** What the body orders of the offer, checked against it and priced (no writes). */
+function priceOrder(offer: GpuOfferRow, b: CreatePodBody) {
   const pod = b.pod;
-  const offer = pickOffer(await findGpuOffers(sql, pod.cloudId), pod);
   const image = checkAgainstOffer(offer, b);
   const specs = { disk: normaliseSpec(offer.disk_spec), vcpu: normaliseSpec(offer.vcpu_spec), memory: normaliseSpec(offer.memory_spec) };
   const counts = {
@@ -120,20 +120,26 @@ export async function createPod(sql: Sql, userId: string, b: CreatePodBody) {
   if (diskIds.length > offer.max_disks_per_pod) {
     throw invalid('disks', `must list at most ${offer.max_disks_per_pod} disks for provider ${offer.provider_id}`, diskIds.length);
   }
-  const { teamId, walletId } = await payer(sql, userId, b.team?.teamId, 'team.teamId');
-  const share = await sharing(sql, b, teamId);
+  return { image, counts, price, diskIds };
+}
 
-  const id = newId();
-  const now = new Date();
-  const prepaidHours = offer.prepaid_hours ?? 0;
-  const prepaidUntil = prepaidHours > 0 ? new Date(now.getTime() + prepaidHours * 3_600_000) : null;
-  // The record as it will be stored; the node and its cluster come from the reservation.
-  const draft: PodRow = {
-    id,
-    user_id: userId,
-    team_id: teamId,
-    wallet_id: walletId,
-    name: pod.name || `pod-${id.slice(0, 8)}`,
+/**
+ * The pod's row as it will be stored, every column once: the INSERT is made from it.
+ * The node and its cluster come from the reservation.
+ */
+function draftOf(
+  o: { id: string; userId: string; teamId: string | null; walletId: string; now: Date; prepaidUntil: Date | null; withTeam: boolean },
+  offer: GpuOfferRow,
+  b: CreatePodBody,
+  { image, counts, price }: ReturnType<typeof priceOrder>,
+): PodRow {
+  const pod = b.pod;
+  return {
+    id: o.id,
+    user_id: o.userId,
+    team_id: o.teamId,
+    wallet_id: o.walletId,
+    name: pod.name || `pod-${o.id.slice(0, 8)}`,
     provider_id: offer.provider_id,
     provider_ref: null,
     offer_id: offer.id,
@@ -165,14 +171,29 @@ export async function createPod(sql: Sql, userId: string, b: CreatePodBody) {
     shared_disk_gb: null,
     is_spot: offer.is_spot,
     auto_restart: pod.autoRestart ?? null,
-    shared_with_team: share.withTeam,
-    prepaid_until: prepaidUntil,
+    shared_with_team: o.withTeam,
+    prepaid_until: o.prepaidUntil,
     provisioning_minutes: offer.provisioning_minutes ?? 0,
-    created_at: now,
-    updated_at: now,
+    created_at: o.now,
+    updated_at: o.now,
     active_at: null,
     terminated_at: null,
   };
+}
+
+export async function createPod(sql: Sql, userId: string, b: CreatePodBody) {
+  const pod = b.pod;
+  const offer = pickOffer(await findGpuOffers(sql, pod.cloudId), pod);
+  const order = priceOrder(offer, b);
+  const { counts, price, diskIds } = order;
+  const { teamId, walletId } = await payer(sql, userId, b.team?.teamId, 'team.teamId');
+  const share = await sharing(sql, b, teamId);
+
+  const id = newId();
+  const now = new Date();
+  const prepaidHours = offer.prepaid_hours ?? 0;
+  const prepaidUntil = prepaidHours > 0 ? new Date(now.getTime() + prepaidHours * 3_600_000) : null;
+  const draft = draftOf({ id, userId, teamId, walletId, now, prepaidUntil, withTeam: share.withTeam }, offer, b, order);
   await sql.begin(async (tx) => {
     await requireFunded(tx, walletId, 'a pod');
     const disks = await lockDisks(tx, userId, diskIds, offer);
@@ -196,6 +217,7 @@ export async function createPod(sql: Sql, userId: string, b: CreatePodBody) {
       rateUnitsPerHr: price.provisioningPriceHrUnits,
       at: prepaidUntil ?? now,
     });
+    const insertColumns = { ...draft, attached: undefined, needs_poll: true, next_poll_at: now, max_price_units: pod.maxPrice == null ? null : usdToUnits(pod.maxPrice) };
     // Reservation and insert in one statement, last but for attachments before
     // commit: the node row lock is held as briefly as possible. Two orders for
     // the last GPU queue on that lock; the second re-reads the row, finds no
@@ -215,20 +237,15 @@ export async function createPod(sql: Sql, userId: string, b: CreatePodBody) {
         RETURNING n.id, (SELECT a.cluster_id FROM cluster_assignments a WHERE a.node_id = n.id AND a.status = 'ACTIVE' AND a.ended_at IS NULL
                          ORDER BY a.created_at LIMIT 1) AS cluster_id
       )
-      INSERT INTO pods (id, user_id, team_id, wallet_id, name, provider_id, offer_id, node_id, data_center_id, country, cloud_id, security,
-                        cluster_id, status, installation_status, installation_progress, gpu_name, gpu_count, socket, price_hr_units,
-                        stopped_price_hr_units, provisioning_price_hr_units, environment_type, custom_template_id, vcpus, memory_gb, disk_gb,
-                        shared_disk_gb, is_spot, auto_restart, shared_with_team, max_price_units, provisioning_minutes, prepaid_until,
-                        next_poll_at, created_at, updated_at, doc)
-      SELECT ${id}, ${userId}, ${teamId}, ${walletId}, ${draft.name}, ${offer.provider_id}, ${offer.id}, reserved.id,
-             ${offer.data_center_id}, ${offer.country}, ${offer.cloud_id}, ${offer.security}, reserved.cluster_id, 'PROVISIONING', 'PENDING', 0,
-             ${offer.gpu_type}, ${offer.gpu_count}, ${offer.socket}, ${price.priceHrUnits}, ${price.stoppedPriceHrUnits},
-             ${price.provisioningPriceHrUnits}, ${image}, ${draft.custom_template_id}, ${counts.vcpus}, ${counts.memory}, ${counts.disk},
-             ${null}, ${offer.is_spot}, ${draft.auto_restart}, ${share.withTeam},
-             ${pod.maxPrice == null ? null : usdToUnits(pod.maxPrice)}, ${draft.provisioning_minutes}, ${prepaidUntil},
-             ${now}, ${now}, ${now},
-             replace(${docOf(draft)}::text, '"clusterId":null', '"clusterId":' || COALESCE(to_json(reserved.cluster_id)::text, 'null'))
-      FROM reserved
+      -- The row is the draft (its columns, once), with the reservation's node and cluster, and the
+      -- columns the record does not show: the polling schedule and the price ceiling.
+      -- In FROM, so that the record is built once, not once per column as (f()).* would be.
+      INSERT INTO pods
+      SELECT p.*
+      FROM reserved, jsonb_populate_record(NULL::pods, ${tx.json(insertColumns as never)}::jsonb || jsonb_build_object(
+             'node_id', reserved.id,
+             'cluster_id', reserved.cluster_id,
+             'doc', replace(${docOf(draft)}::text, '"clusterId":null', '"clusterId":' || COALESCE(to_json(reserved.cluster_id)::text, 'null')))) AS p
       RETURNING node_id, cluster_id`;
     if (!placed) {
       throw conflict(
