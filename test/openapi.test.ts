@@ -52,9 +52,15 @@ describe.each(['platform', 'inference'] as const)('GET /openapi.json on the %s a
       const over = await call('platform', 'GET', '/api/v1/availability/gpus?page_size=101', { key });
       expect(over.status).toBe(422);
       expect(over.body.errors[0].details).toBe('page_size: must be at most 100 (got "101")');
+      const topup = body.paths['/api/admin/transactions/topup']!.post!;
+      expect(topup.parameters).toEqual([expect.objectContaining({ name: 'idempotency-key', in: 'header' })]);
     } else {
       const chat = body.paths['/v1/chat/completions']!.post! as unknown as { requestBody: { content: Record<string, { schema: { properties: Record<string, unknown> } }> } };
       expect(Object.keys(chat.requestBody.content['application/json']!.schema.properties)).toEqual(expect.arrayContaining(['model', 'messages', 'stream', 'max_tokens']));
+      // The request headers that change who pays, and the gateway's own, are documented with the routes that read them.
+      const names = (p: string) => (body.paths[p]!.post!.parameters ?? []).filter((x) => x.in === 'header').map((x) => x.name);
+      expect(names('/v1/chat/completions')).toEqual(['x-service-team-id', 'x-prime-team-id', 'x-rft-run-id']);
+      expect(names('/v4/ai/evaluation-model')).toEqual(expect.arrayContaining(['ai-model-id', 'ai-evaluation-model-specification-version', 'x-service-team-id']));
     }
   });
 });

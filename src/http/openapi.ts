@@ -69,6 +69,7 @@ function operation(r: Route): Json {
       });
     }
   }
+  for (const [name, description] of Object.entries(d.headers ?? {})) parameters.push({ name, in: 'header', required: false, schema: { type: 'string' }, description });
   const responses: Json = {};
   for (const [status, doc] of Object.entries(d.responses)) {
     if (!doc) continue;

@@ -47,12 +47,14 @@ export interface RouteDoc {
   body?: z.ZodType;
   /** The query parameters: parsed by the server before the handler, read with `ctx.queryOf`. */
   query?: z.ZodObject;
+  /** Request headers the route reads beyond Authorization, by lower-case name: what each does. */
+  headers?: Record<string, string>;
   /** Success answers by status. */
   responses: Partial<Record<number, ResponseDoc>>;
 }
 
 /** A route's description in one call: `routeDoc('pods', 'One pod', { 200: Pod })`. */
-export const routeDoc = (tag: string, summary: string, responses: RouteDoc['responses'], extra: Pick<RouteDoc, 'body' | 'query'> = {}): RouteDoc => ({
+export const routeDoc = (tag: string, summary: string, responses: RouteDoc['responses'], extra: Pick<RouteDoc, 'body' | 'query' | 'headers'> = {}): RouteDoc => ({
   tag,
   summary,
   responses,

@@ -18,6 +18,7 @@ import {
   TokenizeResponse,
 } from './protocol.js';
 import { servingEngine } from './outcome.js';
+import { PRIME_TEAM_HEADER, TEAM_HEADER } from './policy/team-header.js';
 import { serveChat } from './serving-chat.js';
 import { serveCompletion } from './serving-completions.js';
 import { serveEvaluation } from './serving-eval.js';
@@ -29,6 +30,13 @@ export interface InferenceLimits {
   evalBodyBytesMax: number;
   streamTimeoutMs: number;
 }
+
+/** Headers every model-work route reads (policy/policies.ts, policy/team-header.ts). */
+const PAYER_HEADERS = {
+  [TEAM_HEADER]: 'bill the team of this id (the caller must be a member: 403 otherwise) instead of the caller\'s own wallet',
+  [PRIME_TEAM_HEADER]: 'alias of x-service-team-id (Prime\'s CLI); both present and different: 400',
+  'x-rft-run-id': 'count the usage against this RFT run of the caller\'s (404 when it is not theirs)',
+};
 
 const modelObject = (m: ServedModel): ModelObject => ({
   id: m.id,
@@ -61,6 +69,13 @@ export function inferenceRoutes(runtime: InferenceEngine, policies: Policies, li
       tag: 'evaluations',
       body: EvaluationRequest,
       responses: { 200: EvaluationResponse },
+      headers: gateway
+        ? {
+            ...PAYER_HEADERS,
+            'ai-model-id': 'the model, when the body names none (the AI SDK gateway sends it here)',
+            'ai-evaluation-model-specification-version': 'the specification version the caller speaks; another than ours answers with a compatibility warning',
+          }
+        : PAYER_HEADERS,
     },
     bodyBytesMax: limits.evalBodyBytesMax,
     handler: (ctx) => serveEvaluation(ctx, engine, policies, screen, gateway),
@@ -87,6 +102,7 @@ export function inferenceRoutes(runtime: InferenceEngine, policies: Policies, li
         tag: 'chat',
         body: ChatCompletionRequest,
         responses: { 200: { json: ChatCompletion, sse: ChatCompletionChunk } },
+        headers: PAYER_HEADERS,
       },
       bodyBytesMax: limits.chatBodyBytesMax,
       // A stream ends by the stream deadline; the handler gives a request that
@@ -103,6 +119,7 @@ export function inferenceRoutes(runtime: InferenceEngine, policies: Policies, li
         tag: 'completions',
         body: CompletionRequest,
         responses: { 200: { json: Completion, sse: Completion } },
+        headers: PAYER_HEADERS,
       },
       bodyBytesMax: limits.chatBodyBytesMax,
       timeoutMs: limits.streamTimeoutMs,

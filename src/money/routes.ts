@@ -22,7 +22,7 @@ export function moneyRoutes(sql: Sql): Route[] {
       'POST',
       '/api/admin/transactions/topup',
       'admin:wallets',
-      doc('admin', "Credits (or debits) a user's or team's wallet; Idempotency-Key makes a retry safe", { 200: envelope(Topup) }, { body: TopupBody }),
+      doc('admin', "Credits (or debits) a user's or team's wallet; Idempotency-Key makes a retry safe", { 200: envelope(Topup) }, { body: TopupBody, headers: { 'idempotency-key': 'a retry with the same key and body answers the first result (idempotent-replayed: true) instead of posting again' } }),
       async (ctx) => {
         const b = parse(TopupBody, await ctx.json());
         if (!b.userId === !b.teamId) {
