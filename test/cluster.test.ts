@@ -78,9 +78,15 @@ describe.skipIf(missing !== undefined)('three replicas on one PostgreSQL and one
 
   it('admits exactly a key\'s 60 requests a minute across the three', async () => {
     const { key } = await fundedKey(ds[0]!, 0, ['inference:use'], { requestsPerMinute: 60 });
+    const t0 = performance.now();
     const statuses = await Promise.all(Array.from({ length: 90 }, (_, i) => req(ds[i % 3]!, 'inference', 'GET', '/v1/models', key).then((r) => r.status)));
-    expect(statuses.filter((s) => s === 200)).toHaveLength(60);
-    expect(statuses.filter((s) => s === 429)).toHaveLength(30);
+    // The bucket refills one request a second: on a slow machine the burst may span a refill
+    // or two (a clean-clone CI run admitted 61). Three limits of their own would admit 90.
+    const refills = Math.floor((performance.now() - t0) / 1000);
+    const admitted = statuses.filter((s) => s === 200).length;
+    expect(admitted).toBeGreaterThanOrEqual(60);
+    expect(admitted).toBeLessThanOrEqual(60 + refills);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(90 - admitted);
   });
 
   it('lists and deletes through one replica a pod created through another', async () => {
