@@ -19,9 +19,12 @@ export const CreateTeamBody = z.object({
   email: email.nullish(),
 });
 
+/** A member's role in a team (CHECK in migrations/001_core.sql). */
+export const TEAM_ROLES = ['ADMIN', 'MEMBER'] as const;
+
 export const AddMemberBody = z.object({
   userId: z.string().min(1, 'must not be empty'),
-  role: z.enum(['ADMIN', 'MEMBER']).default('MEMBER'),
+  role: z.enum(TEAM_ROLES).default('MEMBER'),
 });
 
 const perMinute = z.number().int('must be an integer').min(0, 'must be >= 0').max(1e9, 'must be <= 1000000000');
@@ -48,13 +51,13 @@ export const CreateKeyBody = z.object({
 // every answer against them (CHECK_RESPONSE_SCHEMAS). Comments name where each is built.
 
 // =============================================================== auth issuance (auth/routes.ts, auth/issuance.ts)
-// All enveloped `{ data, status: 'success' }` (auth/routes.ts:10, :61, :73, :82).
+// All enveloped `{ data, status: 'success' }` (auth/routes.ts, :61, :73, :82).
 
-/** auth/principal.ts:16; keys are written only through CreateKeyBody's enum or bootstrapAdmin (['admin:*']). */
+/** auth/principal.ts; keys are written only through CreateKeyBody's enum or bootstrapAdmin (['admin:*']). */
 export const Permission = z.enum(PERMISSIONS);
 
 /**
- * A key's own rate limits (issuance.ts:260 stripNulls): only the keys that were sent non-null
+ * A key's own rate limits (issuance.ts stripNulls): only the keys that were sent non-null
  * are present, so `{}` is possible; null when none were set (and for the bootstrap key).
  */
 export const RateLimits = z.object({
@@ -62,7 +65,7 @@ export const RateLimits = z.object({
   tokensPerMinute: z.number().int().optional(),
 });
 
-/** POST /api/admin/users: issuance.ts:104. */
+/** POST /api/admin/users: issuance.ts. */
 export const User = z.object({
   id: z.string(),
   name: z.string(),
@@ -71,7 +74,7 @@ export const User = z.object({
   walletId: z.string(),
 });
 
-/** POST /api/admin/teams: issuance.ts:134. */
+/** POST /api/admin/teams: issuance.ts. */
 export const Team = z.object({
   id: z.string(),
   name: z.string(),
@@ -82,15 +85,15 @@ export const Team = z.object({
   walletId: z.string(),
 });
 
-/** POST /api/admin/teams/:teamId/members: issuance.ts:153. */
+/** POST /api/admin/teams/:teamId/members: issuance.ts. */
 export const Membership = z.object({
   teamId: z.string(),
   userId: z.string(),
-  role: z.enum(['ADMIN', 'MEMBER']),
+  role: z.enum(TEAM_ROLES),
   joinedAt: z.string(),
 });
 
-/** POST /api/admin/api-keys: issuance.ts:173. The only answer carrying the secret `key`. */
+/** POST /api/admin/api-keys: issuance.ts. The only answer carrying the secret `key`. */
 export const IssuedKey = z.object({
   id: z.string(),
   key: z.string(),
@@ -101,14 +104,14 @@ export const IssuedKey = z.object({
   createdAt: z.string(),
 });
 
-/** PATCH /api/admin/api-keys/:keyId: issuance.ts:205 (not the full key view). */
+/** PATCH /api/admin/api-keys/:keyId: issuance.ts (not the full key view). */
 export const KeyRateLimitsSet = z.object({
   id: z.string(),
   userId: z.string(),
   rateLimits: RateLimits.nullable(),
 });
 
-/** issuance.ts:247 keyView: DELETE /api/admin/api-keys/:keyId and list items. */
+/** issuance.ts keyView: DELETE /api/admin/api-keys/:keyId and list items. */
 export const ApiKey = z.object({
   id: z.string(),
   userId: z.string(),
@@ -119,6 +122,6 @@ export const ApiKey = z.object({
   createdAt: z.string(),
   revokedAt: z.string().nullable(), // always a string on DELETE
 });
-/** GET /api/admin/users/:userId/api-keys: issuance.ts:233 (bare array inside data). */
+/** GET /api/admin/users/:userId/api-keys: issuance.ts (bare array inside data). */
 export const ApiKeyList = z.array(ApiKey);
 

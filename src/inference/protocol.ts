@@ -199,12 +199,17 @@ export type Usage = z.infer<typeof Usage>;
 /** The daemon's usage in OpenAI's shape. */
 export const openAiUsage = (u: TokenUsage): Usage => ({ prompt_tokens: u.inputTokens, completion_tokens: u.outputTokens, total_tokens: u.inputTokens + u.outputTokens });
 
-export const Completion = z.object({
+/** The fields every OpenAI answer object starts with. */
+const answerHead = <O extends string>(object: O) => ({
   id: z.string(),
-  object: z.literal('text_completion'),
+  object: z.literal(object),
   created: z.number().int(),
   model: z.string(),
   system_fingerprint: z.string().nullable(),
+});
+
+export const Completion = z.object({
+  ...answerHead('text_completion'),
   choices: z.array(z.object({ index: z.number().int(), text: z.string(), logprobs: LegacyLogprobs.nullable(), finish_reason: FinishReason.nullable() })),
   usage: Usage.nullish(),
 });
@@ -221,11 +226,7 @@ export const ToolCall = z.object({ id: z.string(), type: z.literal('function'), 
 export type ToolCall = z.infer<typeof ToolCall>;
 
 export const ChatCompletion = z.object({
-  id: z.string(),
-  object: z.literal('chat.completion'),
-  created: z.number().int(),
-  model: z.string(),
-  system_fingerprint: z.string().nullable(),
+  ...answerHead('chat.completion'),
   choices: z.array(
     z.object({
       index: z.number().int(),
@@ -239,11 +240,7 @@ export const ChatCompletion = z.object({
 export type ChatCompletion = z.infer<typeof ChatCompletion>;
 
 export const ChatCompletionChunk = z.object({
-  id: z.string(),
-  object: z.literal('chat.completion.chunk'),
-  created: z.number().int(),
-  model: z.string(),
-  system_fingerprint: z.string().nullable(),
+  ...answerHead('chat.completion.chunk'),
   choices: z.array(
     z.object({
       index: z.number().int(),

@@ -2,6 +2,7 @@ import { ApiError } from '../errors.js';
 import type { Sql, Tx } from '../db/index.js';
 import { newId } from '../ids.js';
 import { counter } from '../metrics.js';
+import type { CHARGE_RESOURCES } from './protocol.js';
 
 // The only code that changes a balance. Each change locks the wallet row,
 // updates the balance and appends its ledger row in the caller's transaction,
@@ -27,7 +28,7 @@ export type TransactionType =
  * Charge types and the billing resource type each is summed under
  * (`GET /api/v1/billing/wallet`, invoices). Charges are posted negative.
  */
-export const CHARGE_RESOURCE: Partial<Record<TransactionType, string>> = {
+export const CHARGE_RESOURCE: Partial<Record<TransactionType, (typeof CHARGE_RESOURCES)[number]>> = {
   POD_CHARGE: 'compute',
   PREPAID_CHARGE: 'compute',
   DISK_CHARGE: 'disks',

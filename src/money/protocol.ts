@@ -22,6 +22,13 @@ export const RUN_STATUSES = ['PENDING', 'RUNNING', 'COMPLETED', 'FAILED', 'STOPP
 const id = idString;
 const description = z.string('must be a string').max(DESCRIPTION_CHARS_MAX, `must be at most ${DESCRIPTION_CHARS_MAX} characters`);
 
+/** The billing resources charges are summed under (ledger.ts CHARGE_RESOURCE; migration 201's backfill maps to the same four). */
+export const CHARGE_RESOURCES = ['compute', 'disks', 'inference', 'training'] as const;
+const ChargeResource = z.enum(CHARGE_RESOURCES);
+
+/** What an admin top-up may post: a credit or a debit. */
+export const TOPUP_TYPES = ['TOPUP', 'REFUND'] as const;
+
 export const TopupBody = z.object({
   amount: z
     .number('must be an integer number of units (USD x 10000)')
@@ -30,7 +37,7 @@ export const TopupBody = z.object({
     .max(AMOUNT_UNITS_MAX, `must be at most ${AMOUNT_UNITS_MAX} units`),
   userId: id.nullish(),
   teamId: id.nullish(),
-  type: z.enum(['TOPUP', 'REFUND'], 'must be TOPUP (credit) or REFUND (debit); other transaction types cannot be created here'),
+  type: z.enum(TOPUP_TYPES, 'must be TOPUP (credit) or REFUND (debit); other transaction types cannot be created here'),
   description: description.nullish(),
 });
 export type TopupBody = z.infer<typeof TopupBody>;
@@ -98,7 +105,7 @@ export const WalletQuery = z.object({
 // =============================================================== money (money/routes.ts)
 
 /**
- * POST /api/admin/transactions/topup: money/topup.ts:48. Amounts in UNITS (USD x 10000), not USD.
+ * POST /api/admin/transactions/topup: money/topup.ts. Amounts in UNITS (USD x 10000), not USD.
  * Status is always 200 (the route doc also lists 201, but topup() only produces 200; a replay
  * answers the stored status, also 200, with header idempotent-replayed: true).
  */
@@ -106,15 +113,15 @@ export const Topup = z.object({
   walletId: z.string(),
   balance: z.number().int(), // units, after the transaction
   amount: z.number().int(), // signed units: positive TOPUP, negative REFUND
-  type: z.enum(['TOPUP', 'REFUND']),
+  type: z.enum(TOPUP_TYPES),
   transactionId: z.string(),
   description: z.string().nullable(),
   createdAt: z.string(),
 });
 
-/** money/invoices.ts:179 record(). Amounts in USD. */
+/** money/invoices.ts record(). Amounts in USD. */
 export const InvoiceLine = z.object({
-  resourceType: z.enum(['compute', 'disks', 'inference', 'training']), // ledger.ts:30 CHARGE_RESOURCE values
+  resourceType: ChargeResource,
   amount: z.number(),
   charges: z.number().int(),
 });
@@ -133,24 +140,24 @@ export const Invoice = z.object({
   paidAt: z.string().nullable(),
   voidedAt: z.string().nullable(),
 });
-/** GET /api/admin/invoices/:walletId: invoices.ts:243 (bare array inside data, newest period first). */
+/** GET /api/admin/invoices/:walletId: invoices.ts (bare array inside data, newest period first). */
 export const InvoiceList = z.array(Invoice);
-/** POST .../cancel: money/routes.ts:48 answers data: {}. */
+/** POST .../cancel: money/routes.ts answers data: {}. */
 export const Empty = z.object({});
 
-/** money/rft.ts:53 pricing(): USD per million tokens. */
+/** money/rft.ts pricing(): USD per million tokens. */
 export const RunPricing = z.object({
   training_per_mtok: z.number(),
   inference_input_per_mtok: z.number(),
   inference_output_per_mtok: z.number(),
 });
 
-/** rft.ts:61 runRecord(): create and PATCH. */
+/** rft.ts runRecord(): create and PATCH. */
 export const Run = z.object({
   id: z.string(),
   name: z.string(),
   baseModel: z.string(),
-  status: z.enum(['PENDING', 'RUNNING', 'COMPLETED', 'FAILED', 'STOPPED']), // written only via RUN_STATUSES enum / default RUNNING
+  status: z.enum(RUN_STATUSES),
   userId: z.string(),
   teamId: z.string().nullable(),
   walletId: z.string(),
@@ -167,7 +174,7 @@ const TokenBucket = z.object({
 });
 
 /**
- * rft.ts:188 runUsage(): GET /api/v1/billing/runs/:runId/usage (bare) and
+ * rft.ts runUsage(): GET /api/v1/billing/runs/:runId/usage (bare) and
  * POST /api/admin/rft/runs/:runId/usage (enveloped). snake_case keys.
  * training.input_tokens / training.output_tokens are always 0.
  */
@@ -175,7 +182,7 @@ export const RunUsage = z.object({
   run_id: z.string(),
   run_name: z.string(),
   base_model: z.string(),
-  status: z.enum(['PENDING', 'RUNNING', 'COMPLETED', 'FAILED', 'STOPPED']),
+  status: z.enum(RUN_STATUSES),
   training: TokenBucket,
   inference: TokenBucket,
   total_tokens: z.number().int(),
@@ -184,7 +191,7 @@ export const RunUsage = z.object({
   record_count: z.number().int(),
 });
 
-/** money/wallet.ts:239 one billing (charges summed per resource). */
+/** money/wallet.ts one billing (charges summed per resource). */
 export const WalletBilling = z.object({
   id: z.string(),
   created_at: z.string(),
@@ -192,12 +199,11 @@ export const WalletBilling = z.object({
   last_billed_at: z.string(),
   amount_usd: z.number(),
   currency: z.string(),
-  // ledger.ts:30 CHARGE_RESOURCE values; the backfill in migrations/201_money.sql maps to the same four.
-  resource_type: z.enum(['compute', 'disks', 'inference', 'training']),
+  resource_type: ChargeResource,
   resource_id: z.string(),
 });
 
-/** GET /api/v1/billing/wallet: money/wallet.ts:233. */
+/** GET /api/v1/billing/wallet: money/wallet.ts. */
 export const WalletView = z.object({
   wallet_id: z.string(),
   team_id: z.string().nullable(),

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { pageQuery, qBool, qInt, qList, qStr } from '../http/query.js';
 import { idString } from '../http/validate.js';
+import { TEAM_ROLES } from '../auth/protocol.js';
 
 // Request schemas of the platform and admin API (SPEC 4.1 to 4.4, 4.6, 4.7).
 // Real clients send explicit nulls and extra keys (DESIGN.md): null means
@@ -281,7 +282,7 @@ export const AuditQuery = z.object({ operation_id: z.string('is required').min(1
 
 // =============================================================== shared pieces
 
-/** platform/pricing.ts:7 ResourceSpec, always every key (normaliseSpec fills null). */
+/** platform/pricing.ts ResourceSpec, always every key (normaliseSpec fills null). */
 export const ResourceSpec = z.object({
   minCount: z.number().nullable(),
   maxCount: z.number().nullable(),
@@ -301,7 +302,9 @@ const pageKeys = {
 
 // =============================================================== availability
 
-/** platform/availability.ts:57 gpuOfferRecord. Shared by /gpus and /multi-node. */
+/** platform/availability.ts gpuOfferRecord. Shared by /gpus and /multi-node. */
+const StockStatus = z.enum(['Low', 'Available']);
+
 export const GpuOffer = z.object({
   cloudId: z.string(), // multi-node: the cluster id
   gpuType: z.string(),
@@ -320,7 +323,7 @@ export const GpuOffer = z.object({
   interconnect: z.number().int().nullable(),
   interconnectType: z.string().nullable(),
   provisioningTime: z.number().nullable(), // double precision (minutes)
-  stockStatus: z.enum(['Low', 'Available']), // multi-node: always 'Low' (placements = 1)
+  stockStatus: StockStatus, // multi-node: always 'Low' (placements = 1)
   security: z.string(),
   prices: z.object({
     onDemand: z.number(), // usd(on_demand_units); never null (column NOT NULL)
@@ -332,13 +335,13 @@ export const GpuOffer = z.object({
   prepaidTime: z.number().nullable(), // double precision (hours)
 });
 
-/** GET /availability/gpus and /multi-node: availability.ts:91 / :257. */
+/** GET /availability/gpus and /multi-node: availability.ts / :257. */
 export const GpuOffersPage = z.object({
   items: z.array(GpuOffer),
   totalCount: z.number().int(),
 });
 
-/** One price cell: availability.ts:261. USD per hour, null where no offer of that kind. */
+/** One price cell: availability.ts. USD per hour, null where no offer of that kind. */
 export const GpuSummaryCell = z.object({
   onDemand: z.number().nullable(),
   communityPrice: z.number().nullable(),
@@ -346,13 +349,13 @@ export const GpuSummaryCell = z.object({
 });
 
 /**
- * GET /availability/gpu-summary: availability.ts:274.
+ * GET /availability/gpu-summary: availability.ts.
  * `{ [gpuType]: { [String(gpuCount)]: { cheapest: cell, [region]: cell } } }`.
  * Every count map carries `cheapest` plus one key per region (dynamic keys); `{}` when nothing is available.
  */
 export const GpuSummary = z.record(z.string(), z.record(z.string(), z.record(z.string(), GpuSummaryCell)));
 
-/** availability.ts:136 diskOfferRecord. */
+/** availability.ts diskOfferRecord. */
 export const DiskOffer = z.object({
   cloudId: z.string().nullable(),
   provider: z.string(),
@@ -360,12 +363,12 @@ export const DiskOffer = z.object({
   country: z.string(),
   region: z.string(),
   spec: ResourceSpec,
-  stockStatus: z.enum(['Low', 'Available']),
+  stockStatus: StockStatus,
   security: z.string(),
   isMultinode: z.boolean(),
 });
 
-/** GET /availability/disks: availability.ts:173. */
+/** GET /availability/disks: availability.ts. */
 export const DiskOffersPage = z.object({
   items: z.array(DiskOffer),
   totalCount: z.number().int(),
@@ -373,7 +376,7 @@ export const DiskOffersPage = z.object({
 
 // =============================================================== pods
 
-/** platform/providers/provider.ts:5 PortMapping, stored as pods.port_mapping jsonb (default []). */
+/** platform/providers/provider.ts PortMapping, stored as pods.port_mapping jsonb (default []). */
 export const PortMapping = z.object({
   internal: z.string(),
   external: z.string(),
@@ -382,7 +385,7 @@ export const PortMapping = z.object({
   description: z.string(),
 });
 
-/** pods.ts:83 attachedResources: the ephemeral disk first, then persistent disks in attach order. */
+/** pod-record.ts attachedResources: the ephemeral disk first, then persistent disks in attach order. */
 export const AttachedResource = z.object({
   resourceType: z.literal('DISK'),
   id: z.string(), // 'ephemeral' for the first entry
@@ -394,7 +397,7 @@ export const AttachedResource = z.object({
   isShared: z.boolean(),
 });
 
-/** The keys podRecord (pods.ts:112) emits whatever the form; `resources` differs by form. */
+/** The keys podRecord (pod-record.ts) emits whatever the form; `resources` differs by form. */
 const podRecordKeys = {
   id: z.string(),
   userId: z.string(),
@@ -434,9 +437,9 @@ const podRecordKeys = {
 };
 
 /**
- * POST /api/v1/pods (status 200, not 201: routes.ts:98 uses ok() default).
- * pods.ts:418 podRecord(draft, 'create'): resources are numbers under `sharedDisk`.
- * Note: the create answer's clusterId is the reserved node's cluster (draft.cluster_id set at pods.ts:408).
+ * POST /api/v1/pods (status 200, not 201: routes.ts uses ok() default).
+ * pod-record.ts podRecord(draft, 'create'): resources are numbers under `sharedDisk`.
+ * Its clusterId is the reserved node's cluster (pod-create.ts).
  */
 export const PodCreated = z.object({
   ...podRecordKeys,
@@ -449,12 +452,11 @@ export const PodCreated = z.object({
 });
 
 /**
- * The stored list-form pod record (pods.doc, written by pods.ts:172 docOf = podRecord(p, 'list')).
- * GET /api/v1/pods/:podId answers this text as stored (routes.ts:110, pods.ts:446).
+ * The stored list-form pod record (pods.doc, written by pod-record.ts docOf = podRecord(p, 'list')).
+ * GET /api/v1/pods/:podId answers this text as stored (routes.ts, pods.ts).
  * Resources are strings under `shared_disk`.
- * Uncertain: pods.doc is a nullable text column (migrations/111_pod_doc.sql); a pod row
- * written without doc would make GET /pods/:id send an empty/invalid body and break the
- * list's JSON (pods.ts:437 joins r.doc). Every INSERT in the code sets doc, so not modelled.
+ * pods.doc is a nullable column, but the insert writes it (pod-create.ts) and every change
+ * rewrites it (refreshDocs), so a live pod always has one.
  */
 export const Pod = z.object({
   ...podRecordKeys,
@@ -466,14 +468,14 @@ export const Pod = z.object({
   }),
 });
 
-/** GET /api/v1/pods: pods.ts:437, built as text; carries its own status:'success'. */
+/** GET /api/v1/pods: pods.ts, built as text; carries its own status:'success'. */
 export const PodList = z.object({
   ...pageKeys,
   data: z.array(Pod),
   status: z.literal('success'),
 });
 
-/** GET /api/v1/pods/status: pods.ts:459. Unknown/foreign ids are left out. */
+/** GET /api/v1/pods/status: pods.ts. Unknown/foreign ids are left out. */
 export const PodStatus = z.object({
   podId: z.string(),
   providerType: z.string(),
@@ -488,7 +490,7 @@ export const PodStatus = z.object({
 });
 export const PodStatusList = z.object({ data: z.array(PodStatus) });
 
-/** GET /api/v1/pods/history: pods.ts:497 (terminated pods). */
+/** GET /api/v1/pods/history: pods.ts podHistory (terminated pods). */
 export const PodHistoryEntry = z.object({
   id: z.string(),
   name: z.string(),
@@ -511,7 +513,7 @@ export const PodHistoryPage = z.object({
   status: z.literal('success'),
 });
 
-/** DELETE /api/v1/pods/:podId: pods.ts:551. */
+/** DELETE /api/v1/pods/:podId: pods.ts. */
 export const PodDeleted = z.object({
   id: z.string(),
   status: z.literal('TERMINATED'),
@@ -520,7 +522,7 @@ export const PodDeleted = z.object({
 
 // =============================================================== disks
 
-/** platform/disks.ts:42 diskRecord: create, list items and get. */
+/** platform/disks.ts diskRecord: create, list items and get. */
 export const Disk = z.object({
   id: z.string(),
   name: z.string(),
@@ -546,7 +548,7 @@ export const Disk = z.object({
   clusters: z.array(z.string()),
 });
 
-/** GET /api/v1/disks: disks.ts:145, both spellings of the total. */
+/** GET /api/v1/disks: disks.ts, both spellings of the total. */
 export const DiskList = z.object({
   totalCount: z.number().int(),
   total_count: z.number().int(),
@@ -555,15 +557,15 @@ export const DiskList = z.object({
   offset: z.number().int(),
 });
 
-/** PATCH /api/v1/disks/:diskId: disks.ts:159. */
+/** PATCH /api/v1/disks/:diskId: disks.ts. */
 export const DiskRenamed = z.object({ id: z.string(), name: z.string() });
 
-/** DELETE /api/v1/disks/:diskId: disks.ts:189 (no id). */
+/** DELETE /api/v1/disks/:diskId: disks.ts (no id). */
 export const DiskDeleted = z.object({ status: z.literal('TERMINATED') });
 
 // =============================================================== user / teams
 
-/** Scope row per permission area (auth/whoami.ts:305; areas from auth/principal.ts:16 PERMISSIONS). */
+/** Scope row per permission area (auth/whoami.ts; areas from auth/principal.ts PERMISSIONS). */
 const ScopeRow = z.object({ read: z.boolean(), write: z.boolean() });
 export const ScopeTable = z.object({
   instances: ScopeRow,
@@ -576,7 +578,7 @@ export const ScopeTable = z.object({
   admin: ScopeRow,
 });
 
-/** GET /api/v1/user/whoami: auth/whoami.ts:324. */
+/** GET /api/v1/user/whoami: auth/whoami.ts. */
 export const Whoami = z.object({
   data: z.object({
     id: z.string(),
@@ -588,35 +590,35 @@ export const Whoami = z.object({
   }),
 });
 
-/** GET /api/v1/user/teams: platform/teams.ts:245. */
+/** GET /api/v1/user/teams: platform/teams.ts. */
 export const MyTeam = z.object({
   teamId: z.string(),
   name: z.string(),
   slug: z.string(),
-  role: z.enum(['ADMIN', 'MEMBER']), // CHECK in migrations/001_core.sql
+  role: z.enum(TEAM_ROLES),
   createdAt: z.string(), // the caller's joined_at, despite the name
 });
 export const MyTeamsPage = z.object({ ...pageKeys, data: z.array(MyTeam) });
 
-/** GET /api/v1/teams/:teamId/members: platform/teams.ts:263. */
+/** GET /api/v1/teams/:teamId/members: platform/teams.ts. */
 export const TeamMember = z.object({
   userId: z.string(),
   userName: z.string(),
   userEmail: z.string(),
-  role: z.enum(['ADMIN', 'MEMBER']),
+  role: z.enum(TEAM_ROLES),
   joinedAt: z.string(),
 });
 export const TeamMembersPage = z.object({ ...pageKeys, data: z.array(TeamMember) });
 
 // =============================================================== evaluations
 
-/** platform/evaluations.ts:44 record(): create, get, list items, PUT and finalize. */
+/** platform/evaluations.ts record(): create, get, list items, PUT and finalize. */
 export const Evaluation = z.object({
   evaluation_id: z.string(),
   id: z.string(), // same value as evaluation_id
   name: z.string(),
-  status: z.enum(['PENDING', 'COMPLETED']), // only values written (evaluations.ts:15-16)
-  eval_type: z.enum(['training', 'suite', 'environment']), // evaluations.ts:81
+  status: z.enum(['PENDING', 'COMPLETED']), // only values written (evaluations.ts)
+  eval_type: z.enum(['training', 'suite', 'environment']), // evaluations.ts
   user_id: z.string(),
   team_id: z.string().nullable(),
   // Stored as sent (request validated as array of objects, CreateEvaluationBody); null when not sent.
@@ -640,7 +642,7 @@ export const Evaluation = z.object({
   finalized_at: z.string().nullable(),
 });
 
-/** GET /api/v1/evaluations: evaluations.ts:110. `skip` echoes skip (or offset when skip absent). */
+/** GET /api/v1/evaluations: evaluations.ts. `skip` echoes skip (or offset when skip absent). */
 export const EvaluationList = z.object({
   evaluations: z.array(Evaluation),
   total: z.number().int(),
@@ -648,7 +650,7 @@ export const EvaluationList = z.object({
   limit: z.number().int(),
 });
 
-/** POST /api/v1/evaluations/:id/samples: evaluations.ts:161; status is always PENDING (lockOpen refuses others with 409). */
+/** POST /api/v1/evaluations/:id/samples: evaluations.ts; status is always PENDING (lockOpen refuses others with 409). */
 export const SamplesPushed = z.object({
   evaluation_id: z.string(),
   samples_pushed: z.number().int(),
@@ -656,7 +658,7 @@ export const SamplesPushed = z.object({
 });
 
 /**
- * GET /api/v1/evaluations/:id/samples: evaluations.ts:189, built as text.
+ * GET /api/v1/evaluations/:id/samples: evaluations.ts, built as text.
  * Samples are passed through from jsonb as pushed (each validated as a JSON object on push).
  * `total` is the record's total_samples, not the page length.
  */
@@ -668,10 +670,10 @@ export const SamplesPage = z.object({
   limit: z.number().int(),
 });
 
-/** DELETE /api/admin/disks/:diskId/force: platform/disks.ts:207. */
+/** DELETE /api/admin/disks/:diskId/force: platform/disks.ts. */
 export const DiskForceTerminated = z.object({ id: z.string(), status: z.literal('TERMINATED') });
 
-/** GET /api/admin/users/:userId/teams: platform/teams.ts:290 (a bare array inside data). */
+/** GET /api/admin/users/:userId/teams: platform/teams.ts (a bare array inside data). */
 export const AdminUserTeam = z.object({
   id: z.string(),
   name: z.string(),
@@ -682,7 +684,7 @@ export const AdminUserTeam = z.object({
 });
 export const AdminUserTeams = z.array(AdminUserTeam);
 
-/** platform/inventory.ts:18/31 MutationResult base keys (SPEC 2.8): always all present. */
+/** platform/inventory.ts/31 MutationResult base keys (SPEC 2.8): always all present. */
 const mutationKeys = {
   operationId: z.string(),
   message: z.string(),
@@ -696,11 +698,11 @@ const mutationKeys = {
 };
 export const MutationResult = z.object(mutationKeys);
 
-/** POST /api/admin/inventory/import: inventory.ts:211 (created/updated counted; targetId/targetName null). */
+/** POST /api/admin/inventory/import: inventory.ts (created/updated counted; targetId/targetName null). */
 export const ImportResult = MutationResult;
 
 /**
- * POST .../contracts/:contractId/nodes/detach: inventory.ts:232 (dry run) / :253.
+ * POST .../contracts/:contractId/nodes/detach: inventory.ts (dry run) / :253.
  * `updated` = assignments ended (or that would end); `detached` = nodes held by the contract.
  */
 export const DetachNodesResult = z.object({
@@ -711,7 +713,7 @@ export const DetachNodesResult = z.object({
   notInContract: z.array(z.string()),
 });
 
-/** POST /api/admin/inventory/assignments/bulk-delete: inventory.ts:312. Envelope status 'success' | 'partial'. */
+/** POST /api/admin/inventory/assignments/bulk-delete: inventory.ts. Envelope status 'success' | 'partial'. */
 export const BulkDeleteResult = z.object({
   ...mutationKeys,
   deleted: z.number().int(),
@@ -719,21 +721,21 @@ export const BulkDeleteResult = z.object({
   notFound: z.array(z.string()),
 });
 
-/** inventory.ts:274 assignmentRecord. Status set guaranteed by import/PATCH enums and detach ('ENDED'). */
+/** inventory.ts assignmentRecord. Status set guaranteed by import/PATCH enums and detach ('ENDED'). */
 export const Assignment = z.object({
   id: z.string(),
   nodeId: z.string(),
   clusterId: z.string(),
-  status: z.enum(['PENDING', 'ACTIVE', 'DRAINING', 'ENDED']),
+  status: z.enum(ASSIGNMENT_STATUSES),
   createdAt: z.string(),
   updatedAt: z.string(),
   endedAt: z.string().nullable(),
 });
-/** GET /api/admin/inventory/assignments: inventory.ts:337 (at most 1000, bare array inside data). */
+/** GET /api/admin/inventory/assignments: inventory.ts (at most 1000, bare array inside data). */
 export const AssignmentList = z.array(Assignment);
 
 /**
- * GET /api/admin/inventory/audit: inventory.ts:343. `detail` is the jsonb written by audit()
+ * GET /api/admin/inventory/audit: inventory.ts. `detail` is the jsonb written by audit()
  * and depends on `action`: 'import' {counts}, 'contract.nodes.detach' {reason, nodeIds,
  * endedAssignmentIds, notInContract}, 'assignments.bulk_delete' {expectedStatuses, deleted,
  * refused, notFound}; always an object today, so modelled as a free-form record.
