@@ -6,6 +6,7 @@ import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
 import { benchKey, fmt, machine } from './lib.js';
 import { MODEL_DTYPES, modelFileOf, type ModelDtype } from '../src/inference/convert/model-config.js';
 import { pickVariant } from '../src/inference/runtime/engine.js';
+import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
 
 // Chat throughput through the daemon: N concurrent streams, aggregate
 // completion tokens per second and time to first token, over SSE as a client
@@ -83,6 +84,7 @@ function oneStream(url: string, key: string, prompt: string): Promise<{ ttft: nu
  */
 async function rawLoop(modelFile: string, B: number, prompt: number, steps: number, seconds: number): Promise<{ withPrefill: number; decodeOnly: number }> {
   const sess = await ort.InferenceSession.create(modelFile, { graphOptimizationLevel: 'all', intraOpNumThreads: 1, interOpNumThreads: 1 });
+  if (sess.inputNames.includes('cache_bias')) return slotLoop(sess, B, prompt, steps, seconds);
   const pk = sess.inputMetadata.filter((m) => /^past_key_values\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
   const H = Number(pk[0]!.shape[1]);
   const D = Number(pk[0]!.shape[3]);
@@ -117,6 +119,35 @@ async function rawLoop(modelFile: string, B: number, prompt: number, steps: numb
       advance(out);
     }
     const t2 = performance.now();
+    total += t2 - t0;
+    decoding += t2 - t1;
+    tokens += B * steps;
+  }
+  await sess.release();
+  return { withPrefill: (tokens / total) * 1000, decodeOnly: (tokens / decoding) * 1000 };
+}
+
+/** rawLoop for a slot-cache graph (chat models): the worker's own cache (runtime/kv-slots.ts), with no scheduler, sampler or messages around it. */
+async function slotLoop(sess: ort.InferenceSession, B: number, prompt: number, steps: number, seconds: number): Promise<{ withPrefill: number; decodeOnly: number }> {
+  const meta = sess.inputMetadata.filter((m) => /^cache\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
+  const sl = new KvSlots({ layers: meta.length, kvHeads: Number(meta[0]!.shape[1]), headDim: Number(meta[0]!.shape[3]), positionsMax: prompt + steps });
+  const seqs = Array.from({ length: B }, (_, i) => i);
+  let tokens = 0;
+  let total = 0;
+  let decoding = 0;
+  const run = async (n: number) => {
+    const st = slotStepFeeds(sl, seqs.map((seq) => ({ seq, tokens: new Array<number>(n).fill(5) })));
+    const lg = slotStepDone(sl, st, await sess.run(st.feeds));
+    let best = 0;
+    for (let j = 1; j < lg.length / B; j++) if (lg[j]! > lg[best]!) best = j;
+  };
+  while (total < seconds * 1000) {
+    const t0 = performance.now();
+    await run(prompt);
+    const t1 = performance.now();
+    for (let i = 0; i < steps; i++) await run(1);
+    const t2 = performance.now();
+    for (const seq of seqs) sl.delete(seq);
     total += t2 - t0;
     decoding += t2 - t1;
     tokens += B * steps;

@@ -15,6 +15,7 @@ import { writeModelDir } from './model-config.js';
 import { ensureDefaultModels, findStories260k, RANDOM_LLAMA_PARAMS } from './default-models.js';
 
 import { argmax, RefTransformer, refEncode, refGreedy } from './reference.js';
+import { KvSlots, slotStepDone, slotStepFeeds } from '../runtime/kv-slots.js';
 
 type Feeds = Record<string, ort.Tensor>;
 const i64 = (rows: number[][]): ort.Tensor =>
@@ -301,6 +302,7 @@ describe.skipIf(!STORIES)('stories260K conversion (needs ../shared/models/storie
   let sess: ort.InferenceSession;
   let tok: Tokenizer;
   let tokConfig: Record<string, unknown>;
+  let chatDir: string;
 
   beforeAll(async () => {
     const ckBytes = fs.readFileSync(path.join(STORIES!, 'stories260K.bin'));
@@ -308,8 +310,11 @@ describe.skipIf(!STORIES)('stories260K conversion (needs ../shared/models/storie
     ck = parseCheckpoint(ckBytes);
     vocab = parseTokenizerBin(tokBytes, ck.config.vocabSize);
     const dir = tmp();
-    writeModelDir(dir, prepareLlama2c(ckBytes, tokBytes, { id: 'test/stories260k', kind: 'chat', created: DEFAULT_CREATED }));
+    // The past layout, as evaluation models are written (chat models keep a slot cache: tested below).
+    writeModelDir(dir, prepareLlama2c(ckBytes, tokBytes, { id: 'test/stories260k', kind: 'evaluation', created: DEFAULT_CREATED }));
     sess = await ort.InferenceSession.create(path.join(dir, 'model.onnx'), { intraOpNumThreads: 1 });
+    chatDir = tmp();
+    writeModelDir(chatDir, prepareLlama2c(ckBytes, tokBytes, { id: 'test/stories260k', kind: 'chat', created: DEFAULT_CREATED }));
     tokConfig = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
     tok = new Tokenizer(JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8')), tokConfig);
   });
@@ -333,6 +338,23 @@ describe.skipIf(!STORIES)('stories260K conversion (needs ../shared/models/storie
       const text = tok.decode([...prompt, ...got], { skip_special_tokens: true });
       expect(text.startsWith('Once upon a time, there was a little girl named Lily. She loved to play outside in the park.')).toBe(true);
     }
+  });
+
+  it("a chat folder's graph keeps a slot cache and decodes greedily like the reference", async () => {
+    const chat = await ort.InferenceSession.create(path.join(chatDir, 'model.onnx'), { intraOpNumThreads: 1 });
+    expect(chat.inputNames).toEqual(expect.arrayContaining(['input_ids', 'position_ids', 'cache_bias', 'new_bias', 'cache.4.value']));
+    expect(chat.outputNames).toEqual(expect.arrayContaining(['logits', 'new.0.key', 'new.4.value']));
+    const sl = new KvSlots({ layers: ck.config.nLayers, kvHeads: ck.config.nKvHeads, headDim: headSize(ck.config), positionsMax: ck.config.seqLen });
+    const prompt = refEncode(vocab, 'Once upon a time', true, false);
+    const got: number[] = [];
+    let input = prompt;
+    for (let i = 0; i < 48; i++) {
+      const st = slotStepFeeds(sl, [{ seq: 1, tokens: input }]);
+      const logits = slotStepDone(sl, st, await chat.run(st.feeds));
+      got.push(argmax(logits, 0, ck.config.vocabSize));
+      input = [got.at(-1)!];
+    }
+    expect(got).toEqual(refGreedy(ck, prompt, 48));
   });
 
   it('logits match the reference forward pass', async () => {

@@ -9,7 +9,7 @@ import { buildByteVocab, generateCheckpoint, type GenerateParams } from './gener
 import { FORMAT_DTYPE, writeModelDir, type CloudgateModelConfig, type ModelDirContents, type ModelKind, type OnnxVariant } from './model-config.js';
 
 /** Bump when the ONNX layout or tokenizer output changes, so default models get rebuilt. */
-export const CONVERTER_VERSION = 'cloudgate-convert/2';
+export const CONVERTER_VERSION = 'cloudgate-convert/3';
 
 /** Fixed `created` for the repository's default models (keeps rebuilds byte-identical). */
 export const DEFAULT_CREATED = 1767225600; // 2026-01-01T00:00:00Z
@@ -76,7 +76,8 @@ export function buildModelDirContents(ck: LlamaCheckpoint, vocab: PieceVocab, me
     const dataFileName = `${dtype === 'fp32' ? 'model' : `model_${dtype}`}.onnx.data`;
     const external = estimateWeightBytes(ck) > EXTERNAL_DATA_THRESHOLD_BYTES;
     const writeOpts = { weights, ...(external ? { externalDataFile: dataFileName } : {}) };
-    const onnx = buildLlamaOnnx(ck, writeOpts);
+    // Chat models keep their cache in the worker's slots; evaluation models the past layout their branch graph and forks build on.
+    const onnx = buildLlamaOnnx(ck, { ...writeOpts, kvLayout: meta.kind === 'chat' ? 'slots' : 'past' });
     // Evaluation models also get the shared-prefix graph for question branches, in every variant; it reads the same weights file.
     const branch = meta.kind === 'evaluation' ? buildLlamaOnnx(ck, { ...writeOpts, sharedPrefix: true }) : undefined;
     if (branch?.data && !Buffer.from(branch.data).equals(Buffer.from(onnx.data!))) throw new Error('branch graph weights differ from the model graph weights');

@@ -132,3 +132,31 @@ export function sharedPrefixAttention(
   const ctx = gb.op1('Add', [unpackRows(preCtx, pk.perHeadHd, pk.zeroHd, q), ownCtx]);
   return gb.op1('Transpose', [ctx], { perm: [2, 3, 1, 0, 4] }); // [B, S, g, KV, hd]
 }
+
+/**
+ * Attention of the slot-cache graph (`kvLayout: 'slots'`): the cache is the
+ * worker's own buffer, fed as it lies ([B, KV, capacity, hd], the rows'
+ * slots, no copy) and never written by the graph; the step's new keys and
+ * values come out on their own (`new.N.key|value` [B, KV, S, hd], a few KiB)
+ * and the worker writes them into the slots. So no step copies a row's past:
+ * neither a Concat into a present nor a return of the whole cache to
+ * JavaScript (onnxruntime-node copies every output it hands back).
+ * `cacheBias` [B, 1, 1, capacity] hides the positions a row has not filled;
+ * `newBias` [B, 1, g*S, S] is the causal mask among the new tokens (and the
+ * rows' left padding). Returns the context as [B, S, g, KV, hd].
+ */
+export function slotCacheAttention(gb: GraphBuilder, rotated: string, cacheK: string, cacheV: string, l: number, c: { g: number; hd: number; cacheBias: string; newBias: string }): string {
+  const heads = gb.op1('Transpose', [rotated], { perm: [0, 3, 2, 1, 4] }); // [B, KV, slots, S, hd]
+  const q = gb.op1('Reshape', [gb.op1('Slice', [heads, gb.i64([0]), gb.i64([c.g]), gb.i64([2])]), gb.i64([0, 0, -1, c.hd])]); // [B, KV, g*S, hd]
+  const k = gb.op1('Gather', [heads, gb.i64(c.g)], { axis: 2 }, `new.${l}.key`); // [B, KV, S, hd]
+  const v = gb.op1('Gather', [heads, gb.i64(c.g + 1)], { axis: 2 }, `new.${l}.value`);
+  const kT = { perm: [0, 1, 3, 2] };
+  const cacheScores = gb.op1('Add', [gb.op1('MatMul', [q, gb.op1('Transpose', [cacheK], kT)]), c.cacheBias]); // [B, KV, g*S, C]
+  const newScores = gb.op1('Add', [gb.op1('MatMul', [q, gb.op1('Transpose', [k], kT)]), c.newBias]); // [B, KV, g*S, S]
+  const probs = softmaxNoDenormals(gb, gb.op1('Concat', [cacheScores, newScores], { axis: -1 }));
+  const cap = gb.op1('Shape', [cacheK], { start: 2, end: 3 });
+  const fromCache = gb.op1('MatMul', [gb.op1('Slice', [probs, gb.i64([0]), cap, gb.i64([-1])]), cacheV]);
+  const fromNew = gb.op1('MatMul', [gb.op1('Slice', [probs, cap, gb.i64([2 ** 62]), gb.i64([-1])]), v]);
+  const ctx = gb.op1('Reshape', [gb.op1('Add', [fromCache, fromNew]), gb.i64([0, 0, c.g, -1, c.hd])]); // [B, KV, g, S, hd]
+  return gb.op1('Transpose', [ctx], { perm: [0, 3, 2, 1, 4] });
+}

@@ -9,6 +9,8 @@
 // Outputs: logits [batch_size, sequence_length, vocab] float32
 //          present.N.key|value [batch_size, n_kv_heads, total_sequence_length, head_size] float32
 //
+// (Chat models are written with `kvLayout: 'slots'` instead: see OnnxWriteOptions.)
+//
 // Attention: key j is visible to query i iff attention_mask[b, j] == 1 and
 // j <= past + i, where past = total_sequence_length - sequence_length (cache
 // index, not position id), so left padding of any per-row length works.
@@ -36,7 +38,7 @@
 // - cos/sin tables and the additive mask are computed once per run and
 //   shared by all layers.
 import { GraphBuilder } from './onnx-graph.js';
-import { attention, packingOf, sharedPrefixAttention } from './onnx-attention.js';
+import { attention, packingOf, sharedPrefixAttention, slotCacheAttention } from './onnx-attention.js';
 import { linear, type LinearOptions, type WeightFormat } from './onnx-linear.js';
 import { headSize, kvDim, validateConfig, type LlamaCheckpoint, type LlamaConfig } from './llama2c.js';
 
@@ -70,6 +72,20 @@ export interface OnnxWriteOptions {
    * attention by log-sum-exp (the two softmax halves are exact).
    */
   sharedPrefix?: boolean;
+  /**
+   * How the KV cache crosses the graph's boundary:
+   * - 'past' (default): the Hugging Face layout above, `past_key_values` in and
+   *   `present` (past and new together) out; evaluation models keep it, as their
+   *   branch graph and forks build on it.
+   * - 'slots': the worker's cache buffers go in as they lie and only the step's
+   *   new keys and values come out (onnx-attention.ts slotCacheAttention).
+   *   Inputs: input_ids, position_ids [B, S]; cache_bias [B, 1, 1, C] (0 over a
+   *   row's filled positions, MASK_VALUE elsewhere); new_bias [B, 1, S, S] (the
+   *   causal mask among the step's tokens, left padding hidden);
+   *   cache.N.key|value [B, n_kv_heads, C, head_size]. Outputs: logits of each
+   *   row's last position [B, 1, vocab]; new.N.key|value [B, n_kv_heads, S, head_size].
+   */
+  kvLayout?: 'past' | 'slots';
   /** Weight format of the matrices (onnx-linear.ts); embeddings and norms stay float32. Default f32. */
   weights?: WeightFormat;
   /** MatMulNBits accuracy_level / block size overrides, for measuring them (onnx-linear.ts) */
@@ -124,14 +140,21 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
   const P = 'past_sequence_length';
   const T = 'total_sequence_length';
 
+  const slotCache = opts.kvLayout === 'slots';
+  if (slotCache && opts.sharedPrefix) throw new Error('the shared-prefix graph reads past_key_values: it has no slot-cache layout');
   const inputIds = gb.input('input_ids', 'int64', [B, S]);
-  const attnMask = gb.input('attention_mask', 'int64', [B, T]);
+  const attnMask = slotCache ? '' : gb.input('attention_mask', 'int64', [B, T]);
   const positionIds = gb.input('position_ids', 'int64', [B, S]);
+  const cacheBias = slotCache ? gb.input('cache_bias', 'float32', [B, 1, 1, 'cache_capacity']) : '';
+  const newBiasIn = slotCache ? gb.input('new_bias', 'float32', [B, 1, S, S]) : '';
+  // One row of scores per (query head of the group, new token): the bias repeats over the group, once per run.
+  const newBias = slotCache && g > 1 ? gb.op1('Tile', [newBiasIn, gb.i64([1, 1, g, 1])]) : newBiasIn;
   const pastK: string[] = [];
   const pastV: string[] = [];
   for (let l = 0; l < L; l++) {
-    pastK.push(gb.input(`past_key_values.${l}.key`, 'float32', [B, KV, P, hd]));
-    pastV.push(gb.input(`past_key_values.${l}.value`, 'float32', [B, KV, P, hd]));
+    const [name, len] = slotCache ? [`cache.${l}`, 'cache_capacity'] : [`past_key_values.${l}`, P];
+    pastK.push(gb.input(`${name}.key`, 'float32', [B, KV, len, hd]));
+    pastV.push(gb.input(`${name}.value`, 'float32', [B, KV, len, hd]));
   }
   const shared = opts.sharedPrefix ?? false;
   const prefixK: string[] = [];
@@ -143,10 +166,13 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     }
   }
   // The branch graph scores only each row's next token: logits of the last position.
-  gb.output('logits', 'float32', [B, opts.sharedPrefix ? 1 : S, V]);
+  // The slot-cache graph too: its worker reads no other position.
+  const lastOnly = shared || slotCache;
+  gb.output('logits', 'float32', [B, lastOnly ? 1 : S, V]);
   for (let l = 0; l < L; l++) {
-    gb.output(`present.${l}.key`, 'float32', [B, KV, T, hd]);
-    gb.output(`present.${l}.value`, 'float32', [B, KV, T, hd]);
+    const [name, len] = slotCache ? [`new.${l}`, S] : [`present.${l}`, T];
+    gb.output(`${name}.key`, 'float32', [B, KV, len, hd]);
+    gb.output(`${name}.value`, 'float32', [B, KV, len, hd]);
   }
 
   // ---- weights ----
@@ -191,22 +217,10 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
   }
 
   // ---- shared per-run values: additive attention bias [B, 1, S, T] and RoPE rows ----
-  const s1 = gb.op1('Shape', [inputIds], { start: 1, end: 2 });
-  const t1 = gb.op1('Shape', [attnMask], { start: 1, end: 2 });
-  const p1 = gb.op1('Sub', [t1, s1]);
-  const axis0 = gb.i64([0]);
-  const tSc = gb.op1('Squeeze', [t1, axis0]);
-  const pSc = gb.op1('Squeeze', [p1, axis0]);
-  const zero = gb.i64(0);
-  const one = gb.i64(1);
-  const keyIdx = gb.op1('Range', [zero, tSc, one]); // [T]
-  const qIdx = gb.op1('Range', [pSc, tSc, one]); // [S], cache index of each query
-  const qIdxCol = gb.op1('Unsqueeze', [qIdx, gb.i64([1])]); // [S, 1]
-  const causal = gb.op1('LessOrEqual', [keyIdx, qIdxCol]); // [S, T]
-  const maskBool = gb.op1('Cast', [attnMask], { to: 9 /* BOOL */ });
-  const mask4 = gb.op1('Unsqueeze', [maskBool, gb.i64([1, 2])]); // [B, 1, 1, T]
-  const visible = gb.op1('And', [causal, mask4]); // [B, 1, S, T]
-  const bias = gb.op1('Where', [visible, gb.f32(0), gb.f32(MASK_VALUE)], {}, 'attention_bias');
+  const bias = slotCache ? '' : attentionBias(gb, inputIds, attnMask);
+  const s1 = shared ? gb.op1('Shape', [inputIds], { start: 1, end: 2 }) : '';
+  const t1 = shared ? gb.op1('Shape', [attnMask], { start: 1, end: 2 }) : '';
+  const p1 = shared ? gb.op1('Sub', [t1, s1]) : '';
   // shared-prefix graph: the bias over own positions, the prefix length, and zero values over own columns
   const ownBias = shared ? gb.op1('Squeeze', [bias, gb.i64([1])]) : ''; // [B, S, T]
   const packing = shared ? packingOf(gb, attnMask, p1, t1, { KV, g, hd }) : undefined;
@@ -307,11 +321,15 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     }
     const ctxT = shared
       ? sharedPrefixAttention(gb, rotated, pastK[l]!, pastV[l]!, { k: prefixK[l]!, v: prefixV[l]!, len: prefixLen }, packing!, l, { g, hd, bias: ownBias, lastOnly: l === L - 1 })
-      : attention(gb, rotated, pastK[l]!, pastV[l]!, l, { g, bias });
-    const ctxFlat = gb.op1('Reshape', [ctxT, shapeBSD]); // [B, S, D]
+      : slotCache
+        ? slotCacheAttention(gb, rotated, pastK[l]!, pastV[l]!, l, { g, hd, cacheBias, newBias })
+        : attention(gb, rotated, pastK[l]!, pastV[l]!, l, { g, bias });
+    let ctxFlat = gb.op1('Reshape', [ctxT, shapeBSD]); // [B, S, D]
+    // The last layer goes on with each row's last position only (it alone is read) in the branch graph and the slot-cache graph.
+    const lastPosition = (t: string) => gb.op1('Slice', [t, gb.i64([-1]), gb.i64([2 ** 62]), gb.i64([1])]); // [B, 1, D]
+    if (slotCache && l === L - 1) ctxFlat = lastPosition(ctxFlat);
     const attnOut = linear(gb, ctxFlat, `layers.${l}.attn.o.weight`, woT, D, D, lin);
-    // The branch graph's last layer goes on with each row's last position only (it alone is scored).
-    if (shared && l === L - 1) x = gb.op1('Slice', [x, gb.i64([-1]), gb.i64([2 ** 62]), gb.i64([1])]); // [B, 1, D]
+    if (lastOnly && l === L - 1) x = lastPosition(x);
     x = gb.op1('Add', [x, attnOut], {}, `layers.${l}.attn_residual`);
 
     // ---- SwiGLU feed-forward ----
@@ -348,6 +366,25 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     },
     externalDataFile: opts.externalDataFile,
   });
+}
+
+/**
+ * The past layout's additive attention bias [B, 1, S, T]: key j is visible to
+ * query i iff attention_mask[b, j] == 1 and j <= past + i.
+ */
+function attentionBias(gb: GraphBuilder, inputIds: string, attnMask: string): string {
+  const s1 = gb.op1('Shape', [inputIds], { start: 1, end: 2 });
+  const t1 = gb.op1('Shape', [attnMask], { start: 1, end: 2 });
+  const axis0 = gb.i64([0]);
+  const tSc = gb.op1('Squeeze', [t1, axis0]);
+  const pSc = gb.op1('Squeeze', [gb.op1('Sub', [t1, s1]), axis0]);
+  const one = gb.i64(1);
+  const keyIdx = gb.op1('Range', [gb.i64(0), tSc, one]); // [T]
+  const qIdx = gb.op1('Range', [pSc, tSc, one]); // [S], cache index of each query
+  const causal = gb.op1('LessOrEqual', [keyIdx, gb.op1('Unsqueeze', [qIdx, gb.i64([1])])]); // [S, T]
+  const mask4 = gb.op1('Unsqueeze', [gb.op1('Cast', [attnMask], { to: 9 /* BOOL */ }), gb.i64([1, 2])]); // [B, 1, 1, T]
+  const visible = gb.op1('And', [causal, mask4]); // [B, 1, S, T]
+  return gb.op1('Where', [visible, gb.f32(0), gb.f32(MASK_VALUE)], {}, 'attention_bias');
 }
 
 /** [rows, cols] row-major -> [cols, rows] */

@@ -64,6 +64,7 @@ export class Engine implements InferenceEngine {
           executionProvider: cfg.executionProvider,
           strict: cfg.strict,
           intraOpThreads: cfg.intraOpThreads,
+          positionsMax: c.contextLength,
         }, c.id);
         const info: ServedModel = {
           id: c.id,

@@ -3,6 +3,7 @@ import { parentPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
 import { endsGeneration, type Arch, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow } from './protocol.js';
 import { KvStore, type Kv } from './kv.js';
+import { KvSlots, slotStepDone, slotStepFeeds } from './kv-slots.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
@@ -23,6 +24,8 @@ interface WorkerState {
   branchSession: ort.InferenceSession | undefined;
   arch: Arch;
   store: KvStore;
+  /** The cache of a slot-cache graph (cache.N.key inputs); the store then stays empty. */
+  slots: KvSlots | undefined;
   batch: BatchState | undefined;
   tokenTexts: Array<string | null>;
   /** The main thread asked the decode run to stop after its current step. */
@@ -37,6 +40,7 @@ interface WorkerState {
 // session, arch and store are set by init, the first message, before any other is handled.
 const w = {
   branchSession: undefined,
+  slots: undefined,
   batch: undefined,
   tokenTexts: [],
   interruptRequested: false,
@@ -73,8 +77,9 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     w.session = await ort.InferenceSession.create(msg.modelPath, { ...base, executionProviders: ['cpu'] });
   }
   const meta = w.session.inputMetadata;
-  const pastKeys = meta.filter((m) => /^past_key_values\.\d+\.key$/.test(m.name));
-  if (pastKeys.length === 0) throw new Error('model has no past_key_values.N.key inputs: not a decoder with a KV cache');
+  const slotCache = meta.some((m) => m.name === 'cache_bias');
+  const pastKeys = meta.filter((m) => (slotCache ? /^cache\.\d+\.key$/ : /^past_key_values\.\d+\.key$/).test(m.name));
+  if (pastKeys.length === 0) throw new Error('model has no past_key_values.N.key (or cache.N.key) inputs: not a decoder with a KV cache');
   const k0 = pastKeys[0]! as ort.InferenceSession.TensorValueMetadata;
   const kvHeads = Number(k0.shape[1]);
   const headDim = Number(k0.shape[3]);
@@ -93,6 +98,10 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     sharedPrefix: false,
   };
   w.store = new KvStore(w.arch);
+  if (slotCache) {
+    if (w.arch.kvType !== 'float32') throw new Error('a slot-cache graph keeps a float32 cache');
+    w.slots = new KvSlots({ ...w.arch, positionsMax: msg.positionsMax });
+  }
   if (msg.branchModelPath) {
     // The branch graph only makes scoring faster: a model whose branch graph does not load scores without it.
     try {
@@ -240,8 +249,25 @@ function afterStep(rows: StepRow[], kvs: Kv[], out: ort.InferenceSession.OnnxVal
   return lastLogits(out.logits!, rows.length);
 }
 
+/** A step of the slot-cache graph: each row's cache read where it lies, only the step's new keys and values written back. */
+async function slotStep(rows: StepRow[]): Promise<Float32Array> {
+  if (w.arch.logitsType !== 'float32') throw new Error('a slot-cache graph has float32 logits');
+  const st = slotStepFeeds(w.slots!, rows);
+  return slotStepDone(w.slots!, st, await w.session.run(st.feeds));
+}
+
+/** Whether a sequence has a cache here. */
+function cached(seq: number): boolean {
+  return w.slots ? w.slots.has(seq) : w.store.has(seq);
+}
+
+function kvBytes(): number {
+  return w.slots ? w.slots.bytes : w.store.bytes;
+}
+
 /** One forward pass over a batch; rows that all continue one prefix go to the branch graph. */
 async function step(rows: StepRow[]): Promise<Float32Array> {
+  if (w.slots) return slotStep(rows);
   const root = sharedRoot(rows);
   if (root) return branchStep(rows, root);
   const steady = !!w.batch && !w.batch.shared && w.batch.seqs.length === rows.length && rows.every((r, b) => r.seq === w.batch!.seqs[b] && r.tokens.length === 1);
@@ -439,7 +465,7 @@ function logprobsOf(seqs: number[]): Array<TokenLogprob | null> | undefined {
 /** A prompt step whose answer goes back as a `step` reply; the generations it starts are returned. */
 async function replyStep(id: number, rows: StepRow[]): Promise<number[]> {
   const { logits, tokens, logprobs } = await promptStep(rows);
-  port.postMessage({ type: 'step', id, logits, tokens, kvBytes: w.store.bytes, logprobs } satisfies WorkerEvent, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
+  port.postMessage({ type: 'step', id, logits, tokens, kvBytes: kvBytes(), logprobs } satisfies WorkerEvent, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
   return rows.filter((r) => r.sampler).map((r) => r.seq);
 }
 
@@ -464,7 +490,7 @@ async function runJoin(): Promise<number[]> {
 async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<void> {
   w.interruptRequested = false;
   w.inRun = true;
-  const alive = (seq: number) => w.store.has(seq) && samplers.get(seq)?.ended === false;
+  const alive = (seq: number) => cached(seq) && samplers.get(seq)?.ended === false;
   let live = seqs.filter(alive);
   try {
     for (let steps = 0; !w.interruptRequested && steps < stepsMax; steps++) {
@@ -494,6 +520,7 @@ function applyDeferredFrees(): void {
 }
 
 function fork(from: number, to: number[]): void {
+  if (w.slots) throw new Error('this model graph keeps a slot cache, which does not fork: branches need the past_key_values layout of evaluation models');
   if (w.batch?.seqs.includes(from)) materialize();
   const src = w.store.get(from);
   if (!src) throw new Error(`fork: sequence ${from} has no cache`);
@@ -501,6 +528,10 @@ function fork(from: number, to: number[]): void {
 }
 
 function free(seqs: number[]): void {
+  if (w.slots) {
+    for (const s of seqs) if (w.slots.delete(s)) samplers.delete(s);
+    return;
+  }
   if (w.batch && seqs.some((s) => w.batch!.seqs.includes(s))) materialize();
   for (const s of seqs) if (w.store.delete(s)) samplers.delete(s);
 }
@@ -548,7 +579,7 @@ port.on('message', async (msg: WorkerCommand) => {
     case 'decode':
       return serial(msg, async () => {
         await decodeRun(msg.id, msg.seqs, msg.stepsMax);
-        port.postMessage({ type: 'decode-done', id: msg.id, kvBytes: w.store.bytes } satisfies WorkerEvent);
+        port.postMessage({ type: 'decode-done', id: msg.id, kvBytes: kvBytes() } satisfies WorkerEvent);
       });
     case 'interrupt':
       w.interruptRequested = true;

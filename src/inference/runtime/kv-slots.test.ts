@@ -1,0 +1,83 @@
+import { describe, expect, it } from 'vitest';
+import ort from 'onnxruntime-node';
+import { generateCheckpoint } from '../convert/generate.js';
+import { buildLlamaOnnx, MASK_VALUE } from '../convert/onnx-writer.js';
+import { RefTransformer } from '../convert/reference.js';
+import { headSize } from '../convert/llama2c.js';
+import { HIDDEN_BIAS, KvSlots, slotStepDone, slotStepFeeds } from './kv-slots.js';
+
+// The slot-cache graph driven the way the worker drives it (the same two
+// functions), checked against run.c's forward pass one sequence at a time:
+// rows of different lengths in one step, chunked prompts, steady decoding,
+// a sequence leaving (its slot refilled by the last one) and steps over a
+// subset of the slots (moved together first).
+
+const TOL = 1e-4;
+
+describe('slot-cache graph and KvSlots', () => {
+  for (const [heads, kvHeads] of [
+    [8, 4],
+    [4, 1],
+    [4, 4],
+  ] as const) {
+    it(`matches the reference through joins, leaves and chunked prompts (${heads} heads, ${kvHeads} kv heads)`, async () => {
+      const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: heads, nKvHeads: kvHeads, vocabSize: 64, seqLen: 160, seed: 5, std: 0.3 });
+      const sess = await ort.InferenceSession.create(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, { intraOpNumThreads: 1 });
+      const sl = new KvSlots({ layers: 2, kvHeads, headDim: headSize(ck.config), positionsMax: 160 });
+      const refs = new Map<number, { ref: RefTransformer; pos: number }>();
+      const V = ck.config.vocabSize;
+      let maxErr = 0;
+      const step = async (rows: Array<{ seq: number; tokens: number[] }>) => {
+        const st = slotStepFeeds(sl, rows);
+        const logits = slotStepDone(sl, st, await sess.run(st.feeds));
+        rows.forEach((r, b) => {
+          let e = refs.get(r.seq);
+          if (!e) refs.set(r.seq, (e = { ref: new RefTransformer(ck), pos: 0 }));
+          let want = new Float32Array(0);
+          for (const t of r.tokens) want = e.ref.forward(t, e.pos++);
+          for (let i = 0; i < V; i++) maxErr = Math.max(maxErr, Math.abs(logits[b * V + i]! - want[i]!));
+          expect(sl.len(r.seq)).toBe(e.pos);
+        });
+      };
+      const tok = (n: number, seed: number) => Array.from({ length: n }, (_, i) => 1 + ((seed * 7 + i * 13) % (V - 1)));
+      await step([
+        { seq: 1, tokens: tok(5, 1) },
+        { seq: 2, tokens: tok(2, 2) },
+        { seq: 3, tokens: tok(9, 3) },
+      ]);
+      for (let i = 0; i < 3; i++) await step([1, 2, 3].map((seq) => ({ seq, tokens: tok(1, seq + i) })));
+      // A prompt in two chunks beside decoding rows, then the middle sequence leaves.
+      await step([{ seq: 4, tokens: tok(6, 4) }]);
+      await step([
+        { seq: 3, tokens: tok(1, 9) },
+        { seq: 4, tokens: tok(4, 5) },
+        { seq: 1, tokens: tok(1, 8) },
+      ]);
+      expect(sl.delete(2)).toBe(true);
+      expect(sl.has(2)).toBe(false);
+      await step([4, 1, 3].map((seq) => ({ seq, tokens: tok(1, seq) })));
+      // Rows that are not contiguous (1 and 4 with 3 between them), then a sequence that outgrows the capacity.
+      await step([4, 1].map((seq) => ({ seq, tokens: tok(1, seq + 2) })));
+      const before = sl.cap;
+      await step([{ seq: 5, tokens: tok(1, 6) }]);
+      await step([{ seq: 5, tokens: tok(before + 3, 7) }]);
+      expect(sl.cap).toBeGreaterThan(before);
+      await step([1, 3, 4, 5].map((seq) => ({ seq, tokens: tok(1, seq + 3) })));
+      expect(maxErr).toBeLessThan(TOL);
+      for (const seq of [1, 3, 4, 5]) sl.delete(seq);
+      expect(sl.bytes).toBe(0);
+    });
+  }
+
+  it("hides positions with the graph's own mask value", () => {
+    expect(HIDDEN_BIAS).toBe(MASK_VALUE);
+  });
+
+  it('refuses to grow a sequence past the model\'s positions', () => {
+    const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 100 });
+    sl.open(1);
+    expect(() => sl.reserve(101)).toThrow(/101 positions passes the model's 100/);
+    sl.reserve(100);
+    expect(sl.cap).toBe(100);
+  });
+});

@@ -1,0 +1,272 @@
+import ort from 'onnxruntime-node';
+
+// The KV cache of a slot-cache graph (onnx-writer.ts `kvLayout: 'slots'`): per
+// layer one key and one value buffer of [slots, kvHeads, capacity, headDim],
+// each live sequence in one slot. A step's rows must sit in consecutive slots
+// so that the graph reads them as one view, with no copy; the step's new keys
+// and values are written once, at the row's next positions.
+
+export interface SlotLayout {
+  layers: number;
+  kvHeads: number;
+  headDim: number;
+  /** Positions no sequence can pass (the model's context, its RoPE table). */
+  positionsMax: number;
+}
+
+/** Capacity a fresh cache starts with; it doubles as the longest sequence needs, up to the layout's positionsMax. */
+const SLOT_CAPACITY_MIN_POSITIONS = 64;
+/** Slots a fresh cache starts with; doubled when more sequences are live. */
+const SLOTS_MIN = 4;
+
+export class KvSlots {
+  private k: Float32Array[] = [];
+  private v: Float32Array[] = [];
+  private slotsCap = 0;
+  /** Positions per slot (the graph's cache_capacity). */
+  cap = 0;
+  /** Sequence in each occupied slot; occupied slots are always 0 .. seqAt.length - 1. */
+  private readonly seqAt: number[] = [];
+  private readonly lenAt: number[] = [];
+  private readonly slotOf = new Map<number, number>();
+  private scratch = new Float32Array(0);
+
+  constructor(private readonly layout: SlotLayout) {}
+
+  get layers(): number {
+    return this.layout.layers;
+  }
+  get kvHeads(): number {
+    return this.layout.kvHeads;
+  }
+  get headDim(): number {
+    return this.layout.headDim;
+  }
+
+  /** Bytes of the cache buffers: the KV bytes gauge. */
+  get bytes(): number {
+    return 2 * this.layout.layers * this.slotsCap * this.stride() * 4;
+  }
+
+  /** Bytes one cached position of one sequence takes (all layers, keys and values). */
+  get bytesPerPosition(): number {
+    return 2 * this.layout.layers * this.layout.kvHeads * this.layout.headDim * 4;
+  }
+
+  private stride(cap = this.cap): number {
+    return this.layout.kvHeads * cap * this.layout.headDim;
+  }
+
+  has(seq: number): boolean {
+    return this.slotOf.has(seq);
+  }
+
+  len(seq: number): number {
+    return this.lenAt[this.slotOf.get(seq)!]!;
+  }
+
+  /** Gives `seq` the next free slot (an empty cache). */
+  open(seq: number): void {
+    if (this.slotOf.has(seq)) return;
+    const slot = this.seqAt.length;
+    if (slot >= this.slotsCap) this.resize(Math.max(SLOTS_MIN, this.slotsCap * 2), Math.max(this.cap, SLOT_CAPACITY_MIN_POSITIONS));
+    this.seqAt.push(seq);
+    this.lenAt.push(0);
+    this.slotOf.set(seq, slot);
+  }
+
+  /** Drops a sequence; the last occupied slot moves into its place, so occupied slots stay contiguous. The buffers go when the last one leaves. */
+  delete(seq: number): boolean {
+    const slot = this.slotOf.get(seq);
+    if (slot === undefined) return false;
+    this.slotOf.delete(seq);
+    const last = this.seqAt.length - 1;
+    if (slot !== last) this.move(last, slot);
+    this.seqAt.pop();
+    this.lenAt.pop();
+    if (!this.seqAt.length) this.resize(0, 0);
+    return true;
+  }
+
+  /** Makes room for `positions` in every slot. */
+  reserve(positions: number): void {
+    if (positions > this.layout.positionsMax) throw new Error(`a sequence of ${positions} positions passes the model's ${this.layout.positionsMax}`);
+    if (positions <= this.cap) return;
+    let cap = Math.max(this.cap, SLOT_CAPACITY_MIN_POSITIONS);
+    while (cap < positions) cap *= 2;
+    this.resize(this.slotsCap, Math.min(cap, this.layout.positionsMax));
+  }
+
+  /**
+   * Puts `seqs` in consecutive slots, in slot order, moving other sequences
+   * out of the way where there are gaps (only when the set of rows changed
+   * around a sequence that is not stepping). Returns the first slot and the
+   * indices of `seqs` in slot order.
+   */
+  arrange(seqs: number[]): { first: number; order: number[] } {
+    const order = seqs.map((_, i) => i).sort((a, b) => this.slotOf.get(seqs[a]!)! - this.slotOf.get(seqs[b]!)!);
+    const first = this.slotOf.get(seqs[order[0]!]!)!;
+    if (this.slotOf.get(seqs[order.at(-1)!]!)! - first === seqs.length - 1) return { first, order };
+    // The i-th smallest slot is at least i, so the sequence swapped out of slot i is never one of these rows.
+    order.forEach((row, i) => {
+      const from = this.slotOf.get(seqs[row]!)!;
+      if (from !== i) this.swap(from, i);
+    });
+    return { first: 0, order };
+  }
+
+  /** The cache of slots [first, first + n) as the graph's inputs: views of the buffers, not copies. */
+  feeds(first: number, n: number): Record<string, Float32Array> {
+    const s = this.stride();
+    const out: Record<string, Float32Array> = {};
+    for (let l = 0; l < this.layout.layers; l++) {
+      out[`cache.${l}.key`] = this.k[l]!.subarray(first * s, (first + n) * s);
+      out[`cache.${l}.value`] = this.v[l]!.subarray(first * s, (first + n) * s);
+    }
+    return out;
+  }
+
+  /**
+   * Writes a step's new keys and values (`new.N.key|value`, [n, kvHeads, S, headDim],
+   * rows left-padded) into slots [first, first + n): row i's last `counts[i]`
+   * positions go after what its slot holds.
+   */
+  write(first: number, counts: number[], S: number, newKeys: Float32Array[], newValues: Float32Array[]): void {
+    const { kvHeads: H, headDim: D } = this.layout;
+    const s = this.stride();
+    for (let i = 0; i < counts.length; i++) {
+      const slot = first + i;
+      const n = counts[i]!;
+      const at = this.lenAt[slot]!;
+      if (at + n > this.cap) throw new Error(`slot ${slot} holds ${at} of ${this.cap} positions: no room for ${n} more`);
+      for (let l = 0; l < this.layout.layers; l++) {
+        for (const [src, dst] of [
+          [newKeys[l]!, this.k[l]!],
+          [newValues[l]!, this.v[l]!],
+        ] as const) {
+          for (let h = 0; h < H; h++) {
+            const from = ((i * H + h) * S + S - n) * D;
+            dst.set(src.subarray(from, from + n * D), slot * s + (h * this.cap + at) * D);
+          }
+        }
+      }
+      this.lenAt[slot] = at + n;
+    }
+  }
+
+  private move(from: number, to: number): void {
+    const s = this.stride();
+    for (const buf of [...this.k, ...this.v]) buf.copyWithin(to * s, from * s, (from + 1) * s);
+    this.relabel(to, this.seqAt[from]!, this.lenAt[from]!);
+  }
+
+  private swap(a: number, b: number): void {
+    const s = this.stride();
+    if (this.scratch.length < s) this.scratch = new Float32Array(s);
+    const t = this.scratch.subarray(0, s);
+    for (const buf of [...this.k, ...this.v]) {
+      t.set(buf.subarray(a * s, (a + 1) * s));
+      buf.copyWithin(a * s, b * s, (b + 1) * s);
+      buf.set(t, b * s);
+    }
+    const [seqA, lenA] = [this.seqAt[a]!, this.lenAt[a]!];
+    this.relabel(a, this.seqAt[b]!, this.lenAt[b]!);
+    this.relabel(b, seqA, lenA);
+  }
+
+  private relabel(slot: number, seq: number, len: number): void {
+    this.seqAt[slot] = seq;
+    this.lenAt[slot] = len;
+    this.slotOf.set(seq, slot);
+  }
+
+  /** New buffers of `slots` x `cap`, each occupied slot's positions copied over. */
+  private resize(slots: number, cap: number): void {
+    const { kvHeads: H, headDim: D } = this.layout;
+    const [oldCap, oldStride, newStride] = [this.cap, this.stride(), this.stride(cap)];
+    const re = (old: Float32Array | undefined) => {
+      const n = new Float32Array(slots * newStride);
+      if (old) {
+        for (let slot = 0; slot < this.seqAt.length; slot++) {
+          const len = this.lenAt[slot]!;
+          for (let h = 0; h < H; h++) n.set(old.subarray(slot * oldStride + h * oldCap * D, slot * oldStride + (h * oldCap + len) * D), slot * newStride + h * cap * D);
+        }
+      }
+      return n;
+    };
+    const layers = slots ? this.layout.layers : 0;
+    this.k = Array.from({ length: layers }, (_, l) => re(this.k[l]));
+    this.v = Array.from({ length: layers }, (_, l) => re(this.v[l]));
+    this.slotsCap = slots;
+    this.cap = cap;
+    if (!slots) this.scratch = new Float32Array(0);
+  }
+}
+
+/** Additive bias of hidden positions: the converter's MASK_VALUE (a test holds them equal), written here so the worker does not load the converter. */
+export const HIDDEN_BIAS = -1e9;
+
+/** A slot-cache step being run: its feeds, and where its rows sit. */
+export interface SlotStep {
+  feeds: Record<string, ort.Tensor>;
+  first: number;
+  /** Row indices in slot order. */
+  order: number[];
+  /** New tokens per row, in slot order. */
+  counts: number[];
+  S: number;
+}
+
+/**
+ * The feeds of a step where row i adds `rows[i].tokens` after what its slot
+ * holds (a slot is opened for a new sequence). Rows with fewer tokens than
+ * the longest are left-padded; new_bias hides the pads (a pad sees only
+ * itself, so no row of scores is all hidden) and cache_bias every position a
+ * row has not filled.
+ */
+export function slotStepFeeds(sl: KvSlots, rows: ReadonlyArray<{ seq: number; tokens: readonly number[] }>): SlotStep {
+  for (const r of rows) sl.open(r.seq);
+  sl.reserve(Math.max(...rows.map((r) => sl.len(r.seq) + r.tokens.length)));
+  const { first, order } = sl.arrange(rows.map((r) => r.seq));
+  const B = rows.length;
+  const S = Math.max(...rows.map((r) => r.tokens.length));
+  const C = sl.cap;
+  const ids = new BigInt64Array(B * S);
+  const pos = new BigInt64Array(B * S);
+  const cacheBias = new Float32Array(B * C).fill(HIDDEN_BIAS);
+  const newBias = new Float32Array(B * S * S).fill(HIDDEN_BIAS);
+  order.forEach((row, i) => {
+    const toks = rows[row]!.tokens;
+    const len = sl.len(rows[row]!.seq);
+    const off = S - toks.length;
+    cacheBias.fill(0, i * C, i * C + len);
+    for (let j = 0; j < toks.length; j++) {
+      ids[i * S + off + j] = BigInt(toks[j]!);
+      pos[i * S + off + j] = BigInt(len + j);
+    }
+    for (let q = 0; q < S; q++) {
+      const base = (i * S + q) * S;
+      if (q < off) newBias[base + q] = 0;
+      else newBias.fill(0, base + off, base + q + 1);
+    }
+  });
+  const feeds: Record<string, ort.Tensor> = {
+    input_ids: new ort.Tensor('int64', ids, [B, S]),
+    position_ids: new ort.Tensor('int64', pos, [B, S]),
+    cache_bias: new ort.Tensor('float32', cacheBias, [B, 1, 1, C]),
+    new_bias: new ort.Tensor('float32', newBias, [B, 1, S, S]),
+  };
+  for (const [name, view] of Object.entries(sl.feeds(first, B))) feeds[name] = new ort.Tensor('float32', view, [B, sl.kvHeads, C, sl.headDim]);
+  return { feeds, first, order, counts: order.map((row) => rows[row]!.tokens.length), S };
+}
+
+/** Writes the step's new keys and values into the slots; returns the last-position logits [B, V] in the rows' own order. */
+export function slotStepDone(sl: KvSlots, step: SlotStep, out: ort.InferenceSession.OnnxValueMapType): Float32Array {
+  const news = (which: string) => Array.from({ length: sl.layers }, (_, l) => out[`new.${l}.${which}`]!.data as Float32Array);
+  sl.write(step.first, step.counts, step.S, news('key'), news('value'));
+  const data = out.logits!.data as Float32Array;
+  const V = Number(out.logits!.dims[2]);
+  const logits = new Float32Array(data.length);
+  step.order.forEach((row, i) => logits.set(data.subarray(i * V, (i + 1) * V), row * V));
+  return logits;
+}
