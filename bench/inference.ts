@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import http from 'node:http';
+import os from 'node:os';
 import path from 'node:path';
 import ort from 'onnxruntime-node';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
@@ -77,13 +78,18 @@ function oneStream(url: string, key: string, prompt: string): Promise<{ ttft: nu
 
 /**
  * The baseline: the same ONNX file in a plain loop on this thread, batch B,
- * one intra-op thread like the daemon's worker, doing the daemon's work:
+ * with the daemon's worker's threads (ORT_INTRA_OP_THREADS, every core by default, not spinning), doing the daemon's work:
  * passes of a `prompt`-token prefill then `steps` decode steps feeding
  * present into past, repeated for `seconds`. Answers tokens per second over
  * whole passes (the work the daemon's streams do) and over decode steps only.
  */
 async function rawLoop(modelFile: string, B: number, prompt: number, steps: number, seconds: number): Promise<{ withPrefill: number; decodeOnly: number }> {
-  const sess = await ort.InferenceSession.create(modelFile, { graphOptimizationLevel: 'all', intraOpNumThreads: 1, interOpNumThreads: 1 });
+  const sess = await ort.InferenceSession.create(modelFile, {
+    graphOptimizationLevel: 'all',
+    intraOpNumThreads: Number(process.env.ORT_INTRA_OP_THREADS ?? os.availableParallelism()),
+    interOpNumThreads: 1,
+    extra: { session: { intra_op: { allow_spinning: '0' } } },
+  });
   if (sess.inputNames.includes('cache_bias')) return slotLoop(sess, B, prompt, steps, seconds);
   const pk = sess.inputMetadata.filter((m) => /^past_key_values\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
   const H = Number(pk[0]!.shape[1]);

@@ -7,13 +7,16 @@ import { fmt, machine } from './lib.js';
 // (onnx-linear.ts), timed alone in onnxruntime on one intra-op thread: picks
 // MatMulNBits' accuracy_level and block size. Rows M: 1 and 16 decode streams,
 // 256 prompt tokens.
-// Usage: node dist/bench/matmul-nbits.js [--k 512] [--n 1376] [--ms 300]
+// With --threads T (default 1) on T intra-op threads: `--threads 2` at M=256 is
+// the machine's peak the engine's decode rate is compared with (bench/README.md).
+// Usage: node dist/bench/matmul-nbits.js [--k 512] [--n 1376] [--ms 300] [--threads 1]
 
 const args = new Map<string, string>();
 for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
 const K = Number(args.get('k') ?? 512);
 const N = Number(args.get('n') ?? 1376);
 const MS = Number(args.get('ms') ?? 300);
+const THREADS = Number(args.get('threads') ?? 1);
 
 async function session(format: WeightFormat, accuracyLevel?: number, block?: number): Promise<ort.InferenceSession> {
   const gb = new GraphBuilder();
@@ -22,7 +25,7 @@ async function session(format: WeightFormat, accuracyLevel?: number, block?: num
   linear(gb, x, 'w', w, K, N, { format, accuracyLevel, block }, 'y');
   gb.output('y', 'float32', ['m', N]);
   const { model } = gb.encode({ graphName: 'bench', opset: 17, producer: 'bench' });
-  return ort.InferenceSession.create(model, { graphOptimizationLevel: 'all', intraOpNumThreads: 1, interOpNumThreads: 1 });
+  return ort.InferenceSession.create(model, { graphOptimizationLevel: 'all', intraOpNumThreads: THREADS, interOpNumThreads: 1 });
 }
 
 async function timeRuns(s: ort.InferenceSession, M: number): Promise<number> {
@@ -38,7 +41,7 @@ async function timeRuns(s: ort.InferenceSession, M: number): Promise<number> {
 }
 
 async function main() {
-  console.log(`machine: ${machine()}\nmatrix K=${K} N=${N}, 1 thread, microseconds per run (GFLOP/s)`);
+  console.log(`machine: ${machine()}\nmatrix K=${K} N=${N}, ${THREADS} thread(s), microseconds per run (GFLOP/s)`);
   const rows = [1, 16, 256];
   console.log(`| weights | accuracy_level | block | ${rows.map((m) => `M=${m}`).join(' | ')} |`);
   console.log(`| --- | --- | --- | ${rows.map(() => '---').join(' | ')} |`);
