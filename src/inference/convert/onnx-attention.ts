@@ -143,13 +143,30 @@ export function sharedPrefixAttention(
  * JavaScript (onnxruntime-node copies every output it hands back).
  * `cacheBias` [B, 1, 1, capacity] hides the positions a row has not filled;
  * `newBias` [B, 1, g*S, S] is the causal mask among the new tokens (and the
- * rows' left padding). Returns the context as [B, S, g, KV, hd].
+ * rows' left padding). It takes the fused projection itself: RoPE is
+ * onnxruntime's RotaryEmbedding kernel here, one node where the past layout
+ * spends four, and the splits into heads are as few nodes as the layout
+ * allows (a decode step's cost at batch 1 is mostly per-node dispatch).
+ * Returns the context as [B, S, g, KV, hd].
  */
-export function slotCacheAttention(gb: GraphBuilder, rotated: string, cacheK: string, cacheV: string, l: number, c: { g: number; hd: number; cacheBias: string; newBias: string }): string {
-  const heads = gb.op1('Transpose', [rotated], { perm: [0, 3, 2, 1, 4] }); // [B, KV, slots, S, hd]
-  const q = gb.op1('Reshape', [gb.op1('Slice', [heads, gb.i64([0]), gb.i64([c.g]), gb.i64([2])]), gb.i64([0, 0, -1, c.hd])]); // [B, KV, g*S, hd]
-  const k = gb.op1('Gather', [heads, gb.i64(c.g)], { axis: 2 }, `new.${l}.key`); // [B, KV, S, hd]
-  const v = gb.op1('Gather', [heads, gb.i64(c.g + 1)], { axis: 2 }, `new.${l}.value`);
+export function slotCacheAttention(
+  gb: GraphBuilder,
+  proj: string,
+  cacheK: string,
+  cacheV: string,
+  l: number,
+  c: { g: number; KV: number; hd: number; cacheBias: string; newBias: string; positionIds: string },
+): string {
+  // proj [B, S, (g + 2) * KV * hd], columns (slot, kv head, dim): q heads, then k, then v.
+  // q and k are rotated together by one RotaryEmbedding (interleaved pairs, llama2.c's RoPE;
+  // tables rope_cos_half / rope_sin_half [positions, hd / 2]) and v is split off first.
+  const [qk, vFlat] = gb.op('Split', [proj, gb.i64([(c.g + 1) * c.KV * c.hd, c.KV * c.hd])], { axis: -1 }, 2) as [string, string];
+  const qkRot = gb.msOp1('RotaryEmbedding', [qk, c.positionIds, 'rope_cos_half', 'rope_sin_half'], { interleaved: 1, num_heads: (c.g + 1) * c.KV });
+  const heads = gb.op1('Transpose', [gb.op1('Reshape', [qkRot, gb.i64([0, 0, c.g + 1, c.KV, c.hd])])], { perm: [0, 3, 2, 1, 4] }); // [B, KV, g + 1, S, hd]
+  const [q5, k5] = gb.op('Split', [heads, gb.i64([c.g, 1])], { axis: 2 }, 2) as [string, string];
+  const q = gb.op1('Reshape', [q5, gb.i64([0, 0, -1, c.hd])]); // [B, KV, g*S, hd]
+  const k = gb.op1('Reshape', [k5, gb.i64([0, 0, -1, c.hd])], {}, `new.${l}.key`); // [B, KV, S, hd]
+  const v = gb.op1('Transpose', [gb.op1('Reshape', [vFlat, gb.i64([0, 0, c.KV, c.hd])])], { perm: [0, 2, 1, 3] }, `new.${l}.value`);
   const kT = { perm: [0, 1, 3, 2] };
   const cacheScores = gb.op1('Add', [gb.op1('MatMul', [q, gb.op1('Transpose', [cacheK], kT)]), c.cacheBias]); // [B, KV, g*S, C]
   const newScores = gb.op1('Add', [gb.op1('MatMul', [q, gb.op1('Transpose', [k], kT)]), c.newBias]); // [B, KV, g*S, S]

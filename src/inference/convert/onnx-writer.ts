@@ -178,7 +178,8 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
   // ---- weights ----
   gb.init('embed_tokens', [V, D], w.tokenEmbedding);
 
-  const ropeMode = opts.rope ?? 'matmul';
+  // The slot-cache graph rotates with onnxruntime's RotaryEmbedding kernel (one node a layer, see onnx-attention.ts).
+  const ropeMode = slotCache ? 'kernel' : (opts.rope ?? 'matmul');
   const halves = ropeMode === 'folded' ? 2 : 1;
   // RoPE tables [maxPos, 2 (cos, sin), slots, 1, hd]; the v slot gets cos = 1, sin = 0
   const { cos, sin } = ropeCosSin(c, maxPos);
@@ -195,7 +196,10 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     }
     return t;
   };
-  if (ropeMode === 'folded') {
+  if (ropeMode === 'kernel') {
+    gb.init('rope_cos_half', [maxPos, hd / 2], cos);
+    gb.init('rope_sin_half', [maxPos, hd / 2], sin);
+  } else if (ropeMode === 'folded') {
     const both = new Float32Array(maxPos * 2 * slots * hd);
     const tc = ropeTable(0);
     const ts = ropeTable(1);
@@ -228,7 +232,7 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
   // The rows are expanded over the KV heads once per run: a Mul that broadcasts
   // a middle axis runs in 8-float pieces, about ten times slower than one
   // over equal shapes, and every layer does two.
-  const bs = gb.op1('Shape', [inputIds]);
+  const bs = ropeMode === 'kernel' ? '' : gb.op1('Shape', [inputIds]);
   const ropeRows =
     ropeMode === 'folded'
       ? gb.op1('Expand', [gb.op1('Gather', ['rope_cos_sin', positionIds], { axis: 0 }), gb.op1('Concat', [bs, gb.i64([2, slots, KV, hd])], { axis: 0 })], {}, 'rope_rows')
@@ -250,7 +254,7 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     return gb.op1('Mul', [dv, weight], {}, `${tag}_out`);
   };
 
-  const shapeHeads = ropeMode === 'folded' ? gb.i64([0, 0, 2, slots, KV, hd]) : gb.i64([0, 0, slots, KV, hd]);
+  const shapeHeads = ropeMode === 'kernel' ? '' : ropeMode === 'folded' ? gb.i64([0, 0, 2, slots, KV, hd]) : gb.i64([0, 0, slots, KV, hd]);
   const shapeBSD = gb.i64([0, 0, -1]);
 
   for (let l = 0; l < L; l++) {
@@ -310,9 +314,11 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     // ---- attention ----
     const xn = rmsNorm(x, `layers.${l}.attn_norm.weight`, `layers.${l}.attn_norm`);
     const proj = linear(gb, xn, `layers.${l}.attn.qkv.weight`, wqkv, D, W, lin); // [B, S, halves*C]
-    const projHeads = gb.op1('Reshape', [proj, shapeHeads]);
-    let rotated: string; // [B, S, slots, KV, hd]
-    if (ropeMode === 'folded') {
+    const projHeads = ropeMode === 'kernel' ? '' : gb.op1('Reshape', [proj, shapeHeads]);
+    let rotated = ''; // [B, S, slots, KV, hd]
+    if (ropeMode === 'kernel') {
+      // rotated in slotCacheAttention
+    } else if (ropeMode === 'folded') {
       // [B, S, 2, slots, KV, hd] * [B, S, 2, slots, 1, hd], summed over the (cos, sin) axis
       rotated = gb.op1('ReduceSum', [gb.op1('Mul', [projHeads, ropeRows]), gb.i64([2])], { keepdims: 0 });
     } else {
@@ -322,7 +328,7 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     const ctxT = shared
       ? sharedPrefixAttention(gb, rotated, pastK[l]!, pastV[l]!, { k: prefixK[l]!, v: prefixV[l]!, len: prefixLen }, packing!, l, { g, hd, bias: ownBias, lastOnly: l === L - 1 })
       : slotCache
-        ? slotCacheAttention(gb, rotated, pastK[l]!, pastV[l]!, l, { g, hd, cacheBias, newBias })
+        ? slotCacheAttention(gb, proj, pastK[l]!, pastV[l]!, l, { g, KV, hd, cacheBias, newBias, positionIds })
         : attention(gb, rotated, pastK[l]!, pastV[l]!, l, { g, bias });
     let ctxFlat = gb.op1('Reshape', [ctxT, shapeBSD]); // [B, S, D]
     // The last layer goes on with each row's last position only (it alone is read) in the branch graph and the slot-cache graph.
