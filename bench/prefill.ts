@@ -1,0 +1,100 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
+import { benchKey, fmt, machine } from './lib.js';
+
+// Time to first token of one long prompt at one stream (issue 14.4): the
+// daemon (the prompt as token ids through /v1/completions, max_tokens 1, so
+// the time is the prefill's) against llama.cpp on the same weights (the GGUF
+// that ../shared/peer/compare.sh wrote, run by the peer harness's
+// node-llama-cpp in-process, one sequence, batch 512). Both get the same
+// random token ids, a fresh prompt each run.
+// Usage: node dist/bench/prefill.js --models-dir DIR --model ID --gguf FILE [--tokens 512] [--runs 7]
+//   e.g. after compare.sh m25: --models-dir $PEER_HOME/compare/m25/models --model peer/m25 --gguf $PEER_HOME/compare/m25/model.q4_0.gguf
+
+const args = new Map<string, string>();
+for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
+const modelsDir = path.resolve(args.get('models-dir') ?? '');
+const model = args.get('model') ?? '';
+const gguf = args.get('gguf') ?? '';
+const tokens = Number(args.get('tokens') ?? 512);
+const runs = Number(args.get('runs') ?? 7);
+
+function prompts(vocab: number): number[][] {
+  let s = 7;
+  const next = () => ((s = (s * 1103515245 + 12345) % 2 ** 31), s);
+  // Ids from 3 up: no BOS / EOS / pad in the middle of the prompt.
+  return Array.from({ length: runs + 1 }, () => Array.from({ length: tokens }, () => 3 + (next() % (vocab - 3))));
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+async function cloudgate(ps: number[][]): Promise<number[]> {
+  const d = await startDaemon({ MODELS_DIR: modelsDir, RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0' });
+  try {
+    const key = await benchKey(d, ['inference:use'], 1_000_000_000);
+    const out: number[] = [];
+    for (const prompt of ps) {
+      const t0 = performance.now();
+      const r = await fetch(`${d.inferenceUrl}/v1/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model, prompt, max_tokens: 1, temperature: 0, stream: true }),
+      });
+      const reader = r.body!.getReader();
+      const first = await reader.read();
+      out.push(performance.now() - t0);
+      if (r.status !== 200 || first.done) throw new Error(`completions answered ${r.status}`);
+      while (!(await reader.read()).done);
+    }
+    return out.slice(1); // the first run warms the session's shapes
+  } finally {
+    await stopDaemon(d);
+  }
+}
+
+async function llamacpp(ps: number[][], threads: number): Promise<number[]> {
+  const peer = (await import(pathToFileURL(path.join(repoRoot, '../shared/peer/lib.mjs')).href)) as {
+    loadLlama: (o: { maxThreads?: number }) => Promise<{ loadModel: (o: object) => Promise<LlamaModel> }>;
+  };
+  interface LlamaModel {
+    createContext(o: object): Promise<{ getSequence(): LlamaSeq; dispose(): Promise<void> }>;
+    dispose(): Promise<void>;
+  }
+  interface LlamaSeq {
+    evaluate(ids: number[], o: object): AsyncIterable<number>;
+    clearHistory(): Promise<void>;
+  }
+  const llama = await peer.loadLlama({ maxThreads: threads });
+  const m = await llama.loadModel({ modelPath: gguf, useMmap: true });
+  const ctx = await m.createContext({ sequences: 1, contextSize: tokens + 64, batchSize: 512, threads });
+  const seq = ctx.getSequence();
+  const out: number[] = [];
+  for (const prompt of ps) {
+    await seq.clearHistory();
+    const t0 = performance.now();
+    for await (const _ of seq.evaluate(prompt, { temperature: 0 })) break;
+    out.push(performance.now() - t0);
+  }
+  await ctx.dispose();
+  await m.dispose();
+  return out.slice(1);
+}
+
+async function main() {
+  if (!model || !gguf || !fs.existsSync(gguf)) throw new Error('usage: prefill.js --models-dir DIR --model ID --gguf FILE [--tokens 512] [--runs 7]');
+  const vocab = (JSON.parse(fs.readFileSync(path.join(modelsDir, model.split('/').pop()!, 'config.json'), 'utf8')) as { vocab_size: number }).vocab_size;
+  const ps = prompts(vocab);
+  const cg = await cloudgate(ps);
+  const l1 = await llamacpp(ps, 1);
+  const l2 = await llamacpp(ps, 2);
+  console.log(`machine: ${machine()}`);
+  console.log(`${model}, a ${tokens}-token prompt at 1 stream, time to first token, median of ${runs} (ms):`);
+  console.log(`cloudgate daemon ${fmt(median(cg), 1)} (${cg.map((x) => fmt(x, 0)).join(', ')}) | llama.cpp 1 thread ${fmt(median(l1), 1)} | 2 threads ${fmt(median(l2), 1)} | ratio cg / best llama.cpp ${fmt(median(cg) / Math.min(median(l1), median(l2)), 2)}`);
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
