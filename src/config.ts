@@ -78,6 +78,11 @@ const envSchema = z.object({
   // "Every core" has the measurements (16 streams on m25: 2 threads as fast as 1 with the
   // gateway's added p99 under 1 ms; a decode step at batch 16 alone 1.5x faster).
   ORT_INTRA_OP_THREADS: int(1, 256).default(os.availableParallelism()),
+  // Niceness of each model's worker thread and its ONNX threads (Linux: per thread; the HTTP
+  // thread stays at the process's): with every core given to the models, the HTTP thread
+  // still runs first when a request arrives. 10: the scheduler weighs a nice-0 thread about
+  // ten times a nice-10 one. 0 turns it off (bench/README.md "Every core").
+  MODEL_THREADS_NICE: int(0, 19).default(10),
   // Default rate limits per API key and model (0 = unlimited); per-key overrides are set on the key.
   // 600 requests and 1M tokens a minute: well above one interactive user, low enough that one
   // runaway client cannot take a 2-core engine from everybody else.

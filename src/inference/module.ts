@@ -22,6 +22,7 @@ export const inferenceModule: Module = {
       executionProvider: c.EXECUTION_PROVIDER,
       strict: c.EXECUTION_PROVIDER_STRICT,
       intraOpThreads: c.ORT_INTRA_OP_THREADS,
+      threadsNice: c.MODEL_THREADS_NICE,
       options: { admissionWaitMsMax: c.ADMISSION_WAIT_MS_MAX },
       dtype: c.MODEL_DTYPE,
     });

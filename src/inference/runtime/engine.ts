@@ -24,6 +24,8 @@ export interface EngineConfig {
   executionProvider: 'cpu' | 'webgpu' | 'cuda';
   strict: boolean;
   intraOpThreads: number;
+  /** MODEL_THREADS_NICE: the model threads' niceness (Linux); 0 or absent leaves it. */
+  threadsNice?: number;
   /** MODEL_DTYPE: the weight variant served by every folder that holds it, over cloudgate.json's `dtype` */
   dtype?: ModelDtype;
   options?: Partial<EngineOptions>;
@@ -65,6 +67,7 @@ export class Engine implements InferenceEngine {
           strict: cfg.strict,
           intraOpThreads: cfg.intraOpThreads,
           positionsMax: c.contextLength,
+          nice: cfg.threadsNice ?? 0,
         }, c.id);
         const info: ServedModel = {
           id: c.id,

@@ -15,6 +15,8 @@ export interface InitMsg {
   executionProvider: 'cpu' | 'webgpu' | 'cuda';
   strict: boolean;
   intraOpThreads: number;
+  /** Niceness of the worker and its ONNX threads (Linux; 0 leaves them at the process's). */
+  nice: number;
   /** The model's context length: no sequence's cache grows past it. */
   positionsMax: number;
   /** Each token's text mid-document (null: not whole characters), for grammar-constrained sampling. */

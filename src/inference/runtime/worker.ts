@@ -1,3 +1,4 @@
+import os from 'node:os';
 import v8 from 'node:v8';
 import { parentPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
@@ -60,6 +61,10 @@ function halfToFloat(h: number): number {
 
 async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void> {
   w.tokenTexts = msg.tokenTexts ?? [];
+  // On Linux a thread's niceness is its own (setpriority on "this process" acts on the calling
+  // thread), and the threads onnxruntime starts next inherit it: the model yields the cores to
+  // the HTTP thread, not the other way round. Elsewhere it would renice the whole daemon: left.
+  if (msg.nice > 0 && process.platform === 'linux') os.setPriority(msg.nice);
   const base: ort.InferenceSession.SessionOptions = {
     graphOptimizationLevel: 'all',
     intraOpNumThreads: msg.intraOpThreads,
