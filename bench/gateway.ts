@@ -87,7 +87,7 @@ async function busy(): Promise<void> {
       console.log(
         [
           `machine: ${machine()}`,
-          `GET ${busyPath} at concurrency 1 (${n} requests per figure), ${model}, ORT_INTRA_OP_THREADS=${env.ORT_INTRA_OP_THREADS ?? 'default'}`,
+          `GET ${busyPath} at concurrency 1 (${n} requests per figure), ${model}, ORT_INTRA_OP_THREADS=${env.ORT_INTRA_OP_THREADS ?? 'default'}, MODEL_THREADS_NICE=${process.env.MODEL_THREADS_NICE ?? 'default'}`,
           `idle: gateway p50 ${fmt(idleGw.p50Us)} us p99 ${fmt(idleGw.p99Us)} us | bare p50 ${fmt(idleBare.p50Us)} us p99 ${fmt(idleBare.p99Us)} us | added p99 ${fmt((idleGw.p99Us - idleBare.p99Us) / 1000, 3)} ms`,
           `${generate} streams generating (~${fmt(tokens / secs)} tokens/s over the measurement, ${gw.p99Us > gw2.p99Us ? 'first' : 'second'} gateway run shown, the worse): gateway p50 ${fmt(worst.p50Us)} us p99 ${fmt(worst.p99Us)} us | bare p50 ${fmt(bs.p50Us)} us p99 ${fmt(bs.p99Us)} us | added p99 ${fmt((worst.p99Us - bs.p99Us) / 1000, 3)} ms`,
         ].join('\n'),
