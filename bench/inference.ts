@@ -1,12 +1,11 @@
 import fs from 'node:fs';
 import http from 'node:http';
-import os from 'node:os';
 import path from 'node:path';
 import ort from 'onnxruntime-node';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
 import { benchKey, fmt, machine } from './lib.js';
 import { MODEL_DTYPES, modelFileOf, type ModelDtype } from '../src/inference/convert/model-config.js';
-import { pickVariant } from '../src/inference/runtime/engine.js';
+import { pickVariant, threadsFor } from '../src/inference/runtime/engine.js';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
 
 // Chat throughput through the daemon: N concurrent streams, aggregate
@@ -78,7 +77,7 @@ function oneStream(url: string, key: string, prompt: string): Promise<{ ttft: nu
 
 /**
  * The baseline: the same ONNX file in a plain loop on this thread, batch B,
- * with the daemon's worker's threads (ORT_INTRA_OP_THREADS, every core by default, not spinning), doing the daemon's work:
+ * with the daemon's worker's threads (ORT_INTRA_OP_THREADS, every core by default; ORT_INTRA_OP_SPIN), doing the daemon's work:
  * passes of a `prompt`-token prefill then `steps` decode steps feeding
  * present into past, repeated for `seconds`. Answers tokens per second over
  * whole passes (the work the daemon's streams do) and over decode steps only.
@@ -86,9 +85,9 @@ function oneStream(url: string, key: string, prompt: string): Promise<{ ttft: nu
 async function rawLoop(modelFile: string, B: number, prompt: number, steps: number, seconds: number): Promise<{ withPrefill: number; decodeOnly: number }> {
   const sess = await ort.InferenceSession.create(modelFile, {
     graphOptimizationLevel: 'all',
-    intraOpNumThreads: Number(process.env.ORT_INTRA_OP_THREADS ?? os.availableParallelism()),
+    intraOpNumThreads: process.env.ORT_INTRA_OP_THREADS ? Number(process.env.ORT_INTRA_OP_THREADS) : threadsFor(modelFile),
     interOpNumThreads: 1,
-    extra: { session: { intra_op: { allow_spinning: '0' } } },
+    extra: { session: { intra_op: { allow_spinning: ['1', 'true'].includes(process.env.ORT_INTRA_OP_SPIN ?? '') ? '1' : '0' } } },
   });
   if (sess.inputNames.includes('cache_bias')) return slotLoop(sess, B, prompt, steps, seconds);
   const pk = sess.inputMetadata.filter((m) => /^past_key_values\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];

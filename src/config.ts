@@ -1,4 +1,3 @@
-import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { parseCorsOrigins } from './http/cors.js';
@@ -73,16 +72,20 @@ const envSchema = z.object({
   // The weight variant every model folder that holds it serves (model_q4.onnx for q4, ...), over its
   // cloudgate.json `dtype`; a folder without that file serves its own choice (models/README.md).
   MODEL_DTYPE: z.enum(MODEL_DTYPES).optional(),
-  // Intra-op threads per model session: every core by default. The pools do not spin (worker.ts),
-  // so the HTTP thread and other models get a core whenever a step waits; bench/README.md
-  // "Every core" has the measurements (16 streams on m25: 2 threads as fast as 1 with the
-  // gateway's added p99 under 1 ms; a decode step at batch 16 alone 1.5x faster).
-  ORT_INTRA_OP_THREADS: int(1, 256).default(os.availableParallelism()),
+  // Intra-op threads of every model's session. Unset: each model picks (runtime/engine.ts
+  // threadsFor): every core, but one thread for a model whose weights are so small that waking
+  // a second thread per operator costs more than it saves (bench/README.md "Every core").
+  ORT_INTRA_OP_THREADS: int(1, 256).optional(),
   // Niceness of each model's worker thread and its ONNX threads (Linux: per thread; the HTTP
   // thread stays at the process's): with every core given to the models, the HTTP thread
   // still runs first when a request arrives. 10: the scheduler weighs a nice-0 thread about
   // ten times a nice-10 one. 0 turns it off (bench/README.md "Every core").
   MODEL_THREADS_NICE: int(0, 19).default(10),
+  // Whether a model's idle intra-op threads spin between operators instead of sleeping.
+  // Spinning saves a wake-up per operator (most of a small model's step at one stream) but
+  // holds the cores: with it on, 16 streams of stories260K fell from 8,400-9,100 to 5,900-6,500
+  // tokens/s and the gateway's added p99 rose (bench/README.md "Every core"). Off by default.
+  ORT_INTRA_OP_SPIN: bool.default(false),
   // Default rate limits per API key and model (0 = unlimited); per-key overrides are set on the key.
   // 600 requests and 1M tokens a minute: well above one interactive user, low enough that one
   // runaway client cannot take a 2-core engine from everybody else.

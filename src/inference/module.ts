@@ -23,6 +23,7 @@ export const inferenceModule: Module = {
       strict: c.EXECUTION_PROVIDER_STRICT,
       intraOpThreads: c.ORT_INTRA_OP_THREADS,
       threadsNice: c.MODEL_THREADS_NICE,
+      threadsSpin: c.ORT_INTRA_OP_SPIN,
       options: { admissionWaitMsMax: c.ADMISSION_WAIT_MS_MAX },
       dtype: c.MODEL_DTYPE,
     });

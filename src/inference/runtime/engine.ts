@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { log } from '../../log.js';
 import { branchFileOf, modelFileOf, parseModelConfig, type ModelDtype } from '../convert/model-config.js';
@@ -23,12 +24,29 @@ export interface EngineConfig {
   modelsDir: string;
   executionProvider: 'cpu' | 'webgpu' | 'cuda';
   strict: boolean;
-  intraOpThreads: number;
+  /** ORT_INTRA_OP_THREADS for every model; undefined: each model's own (threadsFor). */
+  intraOpThreads?: number;
   /** MODEL_THREADS_NICE: the model threads' niceness (Linux); 0 or absent leaves it. */
   threadsNice?: number;
+  /** ORT_INTRA_OP_SPIN: idle intra-op threads spin instead of sleeping. */
+  threadsSpin?: boolean;
   /** MODEL_DTYPE: the weight variant served by every folder that holds it, over cloudgate.json's `dtype` */
   dtype?: ModelDtype;
   options?: Partial<EngineOptions>;
+}
+
+/**
+ * Below this size a model's graph (weights included) runs each operator in microseconds,
+ * and waking a second intra-op thread per operator costs more than it saves: stories260K
+ * (1 MB) made 2,230 / 10,804 tokens/s at 1 / 16 streams on one thread and 1,773-1,794 /
+ * 8,448-9,127 on two; m25 int4 (18 MB) 16 streams went 977 -> 1,254 tokens/s with two.
+ */
+const MULTI_THREAD_MODEL_BYTES_MIN = 4 * 2 ** 20;
+
+/** A model's intra-op threads when ORT_INTRA_OP_THREADS does not say: every core, one for a tiny model. */
+export function threadsFor(modelFile: string): number {
+  const bytes = fs.statSync(modelFile).size + (fs.existsSync(`${modelFile}.data`) ? fs.statSync(`${modelFile}.data`).size : 0);
+  return bytes < MULTI_THREAD_MODEL_BYTES_MIN ? 1 : os.availableParallelism();
 }
 
 /** The weight variant a folder serves: the daemon-wide choice where the folder has it, else its cloudgate.json's. */
@@ -65,9 +83,10 @@ export class Engine implements InferenceEngine {
           branchModelPath: c.kind === 'evaluation' && fs.existsSync(branchPath) ? branchPath : undefined,
           executionProvider: cfg.executionProvider,
           strict: cfg.strict,
-          intraOpThreads: cfg.intraOpThreads,
+          intraOpThreads: cfg.intraOpThreads ?? threadsFor(path.join(dir, modelFileOf(dtype))),
           positionsMax: c.contextLength,
           nice: cfg.threadsNice ?? 0,
+          spin: cfg.threadsSpin ?? false,
         }, c.id);
         const info: ServedModel = {
           id: c.id,

@@ -230,7 +230,9 @@ export function slotStepFeeds(sl: KvSlots, rows: ReadonlyArray<{ seq: number; to
   const { first, order } = sl.arrange(rows.map((r) => r.seq));
   const B = rows.length;
   const S = Math.max(...rows.map((r) => r.tokens.length));
-  const C = sl.cap;
+  // Rows that all start empty (a first prompt chunk) read no cache: an empty one goes in, and the
+  // step attends over its own tokens only instead of also over a capacity of hidden positions.
+  const C = order.every((row) => sl.len(rows[row]!.seq) === 0) ? 0 : sl.cap;
   const ids = new BigInt64Array(B * S);
   const pos = new BigInt64Array(B * S);
   const cacheBias = new Float32Array(B * C).fill(HIDDEN_BIAS);
@@ -256,7 +258,7 @@ export function slotStepFeeds(sl: KvSlots, rows: ReadonlyArray<{ seq: number; to
     cache_bias: new ort.Tensor('float32', cacheBias, [B, 1, 1, C]),
     new_bias: new ort.Tensor('float32', newBias, [B, 1, S, S]),
   };
-  for (const [name, view] of Object.entries(sl.feeds(first, B))) feeds[name] = new ort.Tensor('float32', view, [B, sl.kvHeads, C, sl.headDim]);
+  for (const [name, view] of Object.entries(sl.feeds(first, B))) feeds[name] = new ort.Tensor('float32', C ? view : new Float32Array(0), [B, sl.kvHeads, C, sl.headDim]);
   return { feeds, first, order, counts: order.map((row) => rows[row]!.tokens.length), S };
 }
 

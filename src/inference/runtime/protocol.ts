@@ -17,6 +17,8 @@ export interface InitMsg {
   intraOpThreads: number;
   /** Niceness of the worker and its ONNX threads (Linux; 0 leaves them at the process's). */
   nice: number;
+  /** Idle intra-op threads spin (onnxruntime's default) instead of sleeping. */
+  spin: boolean;
   /** The model's context length: no sequence's cache grows past it. */
   positionsMax: number;
   /** Each token's text mid-document (null: not whole characters), for grammar-constrained sampling. */

@@ -74,7 +74,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     // 2-core machine and left the HTTP thread and the other models waiting (bench/README.md,
     // "Every core": 16 streams on m25 fell from 2,401 to 1,553 tokens/s and the bare server's p99
     // rose from 0.6 to 3.9 ms with spinning on).
-    extra: { session: { intra_op: { allow_spinning: '0' } } },
+    extra: { session: { intra_op: { allow_spinning: msg.spin ? '1' : '0' } } },
   };
   let provider = msg.executionProvider;
   try {
