@@ -51,7 +51,7 @@ export const CreateKeyBody = z.object({
 // every answer against them (CHECK_RESPONSE_SCHEMAS). Comments name where each is built.
 
 // =============================================================== auth issuance (auth/routes.ts, auth/issuance.ts)
-// All enveloped `{ data, status: 'success' }` (auth/routes.ts, :61, :73, :82).
+// All enveloped `{ data, status: 'success' }` (auth/routes.ts).
 
 /** auth/principal.ts; keys are written only through CreateKeyBody's enum or bootstrapAdmin (['admin:*']). */
 export const Permission = z.enum(PERMISSIONS);

@@ -39,7 +39,6 @@ interface InvoiceRow {
   voided_at: Date | null;
 }
 
-
 function record(r: InvoiceRow) {
   return {
     id: r.id,

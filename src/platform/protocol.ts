@@ -335,7 +335,7 @@ export const GpuOffer = z.object({
   prepaidTime: z.number().nullable(), // double precision (hours)
 });
 
-/** GET /availability/gpus and /multi-node: availability.ts / :257. */
+/** GET /availability/gpus and /multi-node: availability.ts listGpuOffers / listMultiNodeOffers. */
 export const GpuOffersPage = z.object({
   items: z.array(GpuOffer),
   totalCount: z.number().int(),
@@ -702,7 +702,7 @@ export const MutationResult = z.object(mutationKeys);
 export const ImportResult = MutationResult;
 
 /**
- * POST .../contracts/:contractId/nodes/detach: inventory.ts (dry run) / :253.
+ * POST .../contracts/:contractId/nodes/detach: inventory.ts (dry run and real).
  * `updated` = assignments ended (or that would end); `detached` = nodes held by the contract.
  */
 export const DetachNodesResult = z.object({

@@ -3,13 +3,12 @@ import onnxProto from 'onnx-proto';
 import type { onnx as P } from 'onnx-proto';
 
 export const onnx = onnxProto.onnx;
-export type DType = 'float32' | 'float16' | 'uint8' | 'int32' | 'int64' | 'bool';
+export type DType = 'float32' | 'float16' | 'uint8' | 'int64' | 'bool';
 
 const DTYPE: Record<DType, number> = {
   float32: onnx.TensorProto.DataType.FLOAT,
   float16: onnx.TensorProto.DataType.FLOAT16,
   uint8: onnx.TensorProto.DataType.UINT8,
-  int32: onnx.TensorProto.DataType.INT32,
   int64: onnx.TensorProto.DataType.INT64,
   bool: onnx.TensorProto.DataType.BOOL,
 };
@@ -27,7 +26,7 @@ interface Initializer {
   bytes: Uint8Array;
 }
 
-type InitData = Float32Array | BigInt64Array | Int32Array | Uint8Array | Uint16Array;
+type InitData = Float32Array | BigInt64Array | Uint8Array | Uint16Array;
 
 function bytesOf(data: InitData): Uint8Array {
   return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
@@ -139,7 +138,7 @@ export class GraphBuilder {
     const threshold = opts.externalThreshold ?? 1024;
     for (const t of this.initializers) {
       const tp: P.ITensorProto = { name: t.name, dims: t.dims, dataType: DTYPE[t.dtype] };
-      if (opts.externalDataFile && t.dtype !== 'int64' && t.dtype !== 'int32' && t.dtype !== 'bool' && t.bytes.byteLength >= threshold) {
+      if (opts.externalDataFile && t.dtype !== 'int64' && t.dtype !== 'bool' && t.bytes.byteLength >= threshold) {
         const pad = (64 - (dataLen % 64)) % 64; // keep tensors aligned for mmap
         if (pad) {
           dataChunks.push(new Uint8Array(pad));

@@ -314,22 +314,21 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     // ---- attention ----
     const xn = rmsNorm(x, `layers.${l}.attn_norm.weight`, `layers.${l}.attn_norm`);
     const proj = linear(gb, xn, `layers.${l}.attn.qkv.weight`, wqkv, D, W, lin); // [B, S, halves*C]
-    const projHeads = ropeMode === 'kernel' ? '' : gb.op1('Reshape', [proj, shapeHeads]);
-    let rotated = ''; // [B, S, slots, KV, hd]
-    if (ropeMode === 'kernel') {
-      // rotated in slotCacheAttention
-    } else if (ropeMode === 'folded') {
-      // [B, S, 2, slots, KV, hd] * [B, S, 2, slots, 1, hd], summed over the (cos, sin) axis
-      rotated = gb.op1('ReduceSum', [gb.op1('Mul', [projHeads, ropeRows]), gb.i64([2])], { keepdims: 0 });
-    } else {
+    // The past layouts rotate q and k here (RoPE as above); the slot-cache graph in its attention block.
+    const rotate = (): string => {
+      const projHeads = gb.op1('Reshape', [proj, shapeHeads]); // [B, S, (2,) slots, KV, hd]
+      if (ropeMode === 'folded') {
+        // [B, S, 2, slots, KV, hd] * [B, S, 2, slots, 1, hd], summed over the (cos, sin) axis
+        return gb.op1('ReduceSum', [gb.op1('Mul', [projHeads, ropeRows]), gb.i64([2])], { keepdims: 0 });
+      }
       const swapped = gb.op1('MatMul', [projHeads, 'rope_rotate']);
-      rotated = gb.op1('Add', [gb.op1('Mul', [projHeads, cosRows]), gb.op1('Mul', [swapped, sinRows])]);
-    }
-    const ctxT = shared
-      ? sharedPrefixAttention(gb, rotated, pastK[l]!, pastV[l]!, { k: prefixK[l]!, v: prefixV[l]!, len: prefixLen }, packing!, l, { g, hd, bias: ownBias, lastOnly: l === L - 1 })
-      : slotCache
-        ? slotCacheAttention(gb, proj, pastK[l]!, pastV[l]!, l, { g, KV, hd, cacheBias, newBias, positionIds })
-        : attention(gb, rotated, pastK[l]!, pastV[l]!, l, { g, bias });
+      return gb.op1('Add', [gb.op1('Mul', [projHeads, cosRows]), gb.op1('Mul', [swapped, sinRows])]); // [B, S, slots, KV, hd]
+    };
+    const ctxT = slotCache
+      ? slotCacheAttention(gb, proj, pastK[l]!, pastV[l]!, l, { g, KV, hd, cacheBias, newBias, positionIds })
+      : shared
+        ? sharedPrefixAttention(gb, rotate(), pastK[l]!, pastV[l]!, { k: prefixK[l]!, v: prefixV[l]!, len: prefixLen }, packing!, l, { g, hd, bias: ownBias, lastOnly: l === L - 1 })
+        : attention(gb, rotate(), pastK[l]!, pastV[l]!, l, { g, bias });
     let ctxFlat = gb.op1('Reshape', [ctxT, shapeBSD]); // [B, S, D]
     // The last layer goes on with each row's last position only (it alone is read) in the branch graph and the slot-cache graph.
     const lastPosition = (t: string) => gb.op1('Slice', [t, gb.i64([-1]), gb.i64([2 ** 62]), gb.i64([1])]); // [B, 1, D]

@@ -45,7 +45,9 @@ const MULTI_THREAD_MODEL_BYTES_MIN = 4 * 2 ** 20;
 
 /** A model's intra-op threads when ORT_INTRA_OP_THREADS does not say: every core, one for a tiny model. */
 export function threadsFor(modelFile: string): number {
-  const bytes = fs.statSync(modelFile).size + (fs.existsSync(`${modelFile}.data`) ? fs.statSync(`${modelFile}.data`).size : 0);
+  // Weights beside the graph: ours (`model.onnx.data`) and the optimum exporters' (`model.onnx_data`).
+  const side = [`${modelFile}.data`, `${modelFile}_data`].filter((f) => fs.existsSync(f));
+  const bytes = [modelFile, ...side].reduce((n, f) => n + fs.statSync(f).size, 0);
   return bytes < MULTI_THREAD_MODEL_BYTES_MIN ? 1 : os.availableParallelism();
 }
 

@@ -48,11 +48,6 @@ export class KvSlots {
     return 2 * this.layout.layers * this.slotsCap * this.stride() * 4;
   }
 
-  /** Bytes one cached position of one sequence takes (all layers, keys and values). */
-  get bytesPerPosition(): number {
-    return 2 * this.layout.layers * this.layout.kvHeads * this.layout.headDim * 4;
-  }
-
   private stride(cap = this.cap): number {
     return this.layout.kvHeads * cap * this.layout.headDim;
   }
@@ -134,20 +129,17 @@ export class KvSlots {
   write(first: number, counts: number[], S: number, newKeys: Float32Array[], newValues: Float32Array[]): void {
     const { kvHeads: H, headDim: D } = this.layout;
     const s = this.stride();
+    // Source and destination of each layer's keys, then values: paired once per step, not per row.
+    const pairs = [...newKeys.map((src, l) => [src, this.k[l]!] as const), ...newValues.map((src, l) => [src, this.v[l]!] as const)];
     for (let i = 0; i < counts.length; i++) {
       const slot = first + i;
       const n = counts[i]!;
       const at = this.lenAt[slot]!;
       if (at + n > this.cap) throw new Error(`slot ${slot} holds ${at} of ${this.cap} positions: no room for ${n} more`);
-      for (let l = 0; l < this.layout.layers; l++) {
-        for (const [src, dst] of [
-          [newKeys[l]!, this.k[l]!],
-          [newValues[l]!, this.v[l]!],
-        ] as const) {
-          for (let h = 0; h < H; h++) {
-            const from = ((i * H + h) * S + S - n) * D;
-            dst.set(src.subarray(from, from + n * D), slot * s + (h * this.cap + at) * D);
-          }
+      for (const [src, dst] of pairs) {
+        for (let h = 0; h < H; h++) {
+          const from = ((i * H + h) * S + S - n) * D;
+          dst.set(src.subarray(from, from + n * D), slot * s + (h * this.cap + at) * D);
         }
       }
       this.lenAt[slot] = at + n;

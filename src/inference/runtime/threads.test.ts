@@ -17,6 +17,11 @@ describe('threadsFor (ORT_INTRA_OP_THREADS unset)', () => {
       fs.writeFileSync(`${file}.data`, Buffer.alloc(0));
       fs.truncateSync(`${file}.data`, 8 * 2 ** 20);
       expect(threadsFor(file)).toBe(os.availableParallelism());
+      fs.rmSync(`${file}.data`);
+      expect(threadsFor(file)).toBe(1);
+      fs.writeFileSync(`${file}_data`, Buffer.alloc(0));
+      fs.truncateSync(`${file}_data`, 8 * 2 ** 20);
+      expect(threadsFor(file)).toBe(os.availableParallelism());
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }

@@ -64,7 +64,14 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   // On Linux a thread's niceness is its own (setpriority on "this process" acts on the calling
   // thread), and the threads onnxruntime starts next inherit it: the model yields the cores to
   // the HTTP thread, not the other way round. Elsewhere it would renice the whole daemon: left.
-  if (msg.nice > 0 && process.platform === 'linux') os.setPriority(msg.nice);
+  if (msg.nice > 0 && process.platform === 'linux') {
+    try {
+      os.setPriority(msg.nice);
+    } catch (e) {
+      // A sandbox that refuses setpriority costs the HTTP thread its head start, not the model.
+      port.postMessage({ type: 'warning', message: `model threads left at the daemon's priority: ${(e as Error).message}` } satisfies WorkerEvent);
+    }
+  }
   const base: ort.InferenceSession.SessionOptions = {
     graphOptimizationLevel: 'all',
     intraOpNumThreads: msg.intraOpThreads,
@@ -109,7 +116,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   };
   w.store = new KvStore(w.arch);
   if (slotCache) {
-    if (w.arch.kvType !== 'float32') throw new Error('a slot-cache graph keeps a float32 cache');
+    if (w.arch.kvType !== 'float32' || w.arch.logitsType !== 'float32') throw new Error('a slot-cache graph keeps a float32 cache and float32 logits');
     w.slots = new KvSlots({ ...w.arch, positionsMax: msg.positionsMax });
   }
   if (msg.branchModelPath) {
@@ -261,7 +268,6 @@ function afterStep(rows: StepRow[], kvs: Kv[], out: ort.InferenceSession.OnnxVal
 
 /** A step of the slot-cache graph: each row's cache read where it lies, only the step's new keys and values written back. */
 async function slotStep(rows: StepRow[]): Promise<Float32Array> {
-  if (w.arch.logitsType !== 'float32') throw new Error('a slot-cache graph has float32 logits');
   const st = slotStepFeeds(w.slots!, rows);
   return slotStepDone(w.slots!, st, await w.session.run(st.feeds));
 }
