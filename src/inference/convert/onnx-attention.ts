@@ -137,43 +137,42 @@ export function sharedPrefixAttention(
  * Attention of the slot-cache graph (`kvLayout: 'slots'`): the cache is the
  * worker's own buffer, fed as it lies ([B, KV, capacity, hd], the rows'
  * slots, no copy) and never written by the graph; the step's new keys and
- * values come out on their own (`new.N.key|value` [B, KV, S, hd], a few KiB)
- * and the worker writes them into the slots. So no step copies a row's past:
- * neither a Concat into a present nor a return of the whole cache to
- * JavaScript (onnxruntime-node copies every output it hands back).
+ * values come out on their own (a few KiB) and the worker writes them into
+ * the slots. So no step copies a row's past: neither a Concat into a present
+ * nor a return of the whole cache to JavaScript (onnxruntime-node copies
+ * every output it hands back).
  * `cacheBias` [B, 1, 1, capacity] hides the positions a row has not filled;
  * `newBias` [B, 1, g*S, S] is the causal mask among the new tokens (and the
- * rows' left padding). It takes the fused projection itself: RoPE is
- * onnxruntime's RotaryEmbedding kernel here, one node where the past layout
- * spends four, and the splits into heads are as few nodes as the layout
- * allows (a decode step's cost at batch 1 is mostly per-node dispatch).
- * Returns the context as [B, S, g, KV, hd].
+ * rows' left padding); `probSplit` is [capacity, S], computed once per run.
+ * A decode step at batch 1 costs mostly per-node dispatch, so this is as few
+ * nodes as the layout allows (20 a layer without grouped heads): the fused
+ * projection's columns are plain [q heads | k heads | v heads], one
+ * Transpose and one Split give all three as [B, heads, S, hd], RoPE is
+ * onnxruntime's RotaryEmbedding kernel on q and on k, and the probabilities
+ * are split between the cache and the new tokens by one Split.
+ * Returns the new keys and values [B, KV, S, hd] and the context as [B, S, H, hd].
  */
 export function slotCacheAttention(
   gb: GraphBuilder,
   proj: string,
   cacheK: string,
   cacheV: string,
-  l: number,
-  c: { g: number; KV: number; hd: number; cacheBias: string; newBias: string; positionIds: string },
-): string {
-  // proj [B, S, (g + 2) * KV * hd], columns (slot, kv head, dim): q heads, then k, then v.
-  // q and k are rotated together by one RotaryEmbedding (interleaved pairs, llama2.c's RoPE;
-  // tables rope_cos_half / rope_sin_half [positions, hd / 2]) and v is split off first.
-  const [qk, vFlat] = gb.op('Split', [proj, gb.i64([(c.g + 1) * c.KV * c.hd, c.KV * c.hd])], { axis: -1 }, 2) as [string, string];
-  const qkRot = gb.msOp1('RotaryEmbedding', [qk, c.positionIds, 'rope_cos_half', 'rope_sin_half'], { interleaved: 1, num_heads: (c.g + 1) * c.KV });
-  const heads = gb.op1('Transpose', [gb.op1('Reshape', [qkRot, gb.i64([0, 0, c.g + 1, c.KV, c.hd])])], { perm: [0, 3, 2, 1, 4] }); // [B, KV, g + 1, S, hd]
-  const [q5, k5] = gb.op('Split', [heads, gb.i64([c.g, 1])], { axis: 2 }, 2) as [string, string];
-  const q = gb.op1('Reshape', [q5, gb.i64([0, 0, -1, c.hd])]); // [B, KV, g*S, hd]
-  const k = gb.op1('Reshape', [k5, gb.i64([0, 0, -1, c.hd])], {}, `new.${l}.key`); // [B, KV, S, hd]
-  const v = gb.op1('Transpose', [gb.op1('Reshape', [vFlat, gb.i64([0, 0, c.KV, c.hd])])], { perm: [0, 2, 1, 3] }, `new.${l}.value`);
+  c: { g: number; KV: number; hd: number; cacheBias: string; newBias: string; positionIds: string; probSplit: string },
+): { k: string; v: string; ctx: string } {
+  const H = c.g * c.KV;
+  const heads = gb.op1('Transpose', [gb.op1('Reshape', [proj, gb.i64([0, 0, H + 2 * c.KV, c.hd])])], { perm: [0, 2, 1, 3] }); // [B, H + 2 KV, S, hd]
+  const [q0, k0, v] = gb.op('Split', [heads, gb.i64([H, c.KV, c.KV])], { axis: 1 }, 3) as [string, string, string];
+  // Interleaved pairs (llama2.c's RoPE); tables rope_cos_half / rope_sin_half [positions, hd / 2].
+  const rope = (x: string) => gb.msOp1('RotaryEmbedding', [x, c.positionIds, 'rope_cos_half', 'rope_sin_half'], { interleaved: 1 });
+  const k = rope(k0);
+  // Query head h reads kv head floor(h / g): [B, H, S, hd] is [B, KV, g*S, hd] as it lies.
+  const q = c.g > 1 ? gb.op1('Reshape', [rope(q0), gb.i64([0, c.KV, -1, c.hd])]) : rope(q0);
   const kT = { perm: [0, 1, 3, 2] };
   const cacheScores = gb.op1('Add', [gb.op1('MatMul', [q, gb.op1('Transpose', [cacheK], kT)]), c.cacheBias]); // [B, KV, g*S, C]
   const newScores = gb.op1('Add', [gb.op1('MatMul', [q, gb.op1('Transpose', [k], kT)]), c.newBias]); // [B, KV, g*S, S]
   const probs = softmaxNoDenormals(gb, gb.op1('Concat', [cacheScores, newScores], { axis: -1 }));
-  const cap = gb.op1('Shape', [cacheK], { start: 2, end: 3 });
-  const fromCache = gb.op1('MatMul', [gb.op1('Slice', [probs, gb.i64([0]), cap, gb.i64([-1])]), cacheV]);
-  const fromNew = gb.op1('MatMul', [gb.op1('Slice', [probs, cap, gb.i64([2 ** 62]), gb.i64([-1])]), v]);
-  const ctx = gb.op1('Reshape', [gb.op1('Add', [fromCache, fromNew]), gb.i64([0, 0, c.g, -1, c.hd])]); // [B, KV, g, S, hd]
-  return gb.op1('Transpose', [ctx], { perm: [0, 3, 2, 1, 4] });
+  const [pCache, pNew] = gb.op('Split', [probs, c.probSplit], { axis: -1 }, 2) as [string, string];
+  const ctx = gb.op1('Add', [gb.op1('MatMul', [pCache, cacheV]), gb.op1('MatMul', [pNew, v])]); // [B, KV, g*S, hd]
+  const perHead = c.g > 1 ? gb.op1('Reshape', [ctx, gb.i64([0, H, -1, c.hd])]) : ctx;
+  return { k, v, ctx: gb.op1('Transpose', [perHead], { perm: [0, 2, 1, 3] }) };
 }

@@ -40,7 +40,7 @@ export class GraphBuilder {
   private counter = 0;
   private constCache = new Map<string, string>();
 
-  private fresh(prefix: string): string {
+  fresh(prefix: string): string {
     return `${prefix}_${this.counter++}`;
   }
 

@@ -169,10 +169,12 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
   // The slot-cache graph too: its worker reads no other position.
   const lastOnly = shared || slotCache;
   gb.output('logits', 'float32', [B, lastOnly ? 1 : S, V]);
-  for (let l = 0; l < L; l++) {
-    const [name, len] = slotCache ? [`new.${l}`, S] : [`present.${l}`, T];
-    gb.output(`${name}.key`, 'float32', [B, KV, len, hd]);
-    gb.output(`${name}.value`, 'float32', [B, KV, len, hd]);
+  // The slot-cache graph's new keys and values: [2 * layers * B, KV, S, hd], blocks of B rows in the order
+  // (layer, key | value).
+  if (slotCache) gb.output('new_key_values', 'float32', ['new_rows', KV, S, hd]);
+  for (let l = 0; l < (slotCache ? 0 : L); l++) {
+    gb.output(`present.${l}.key`, 'float32', [B, KV, T, hd]);
+    gb.output(`present.${l}.value`, 'float32', [B, KV, T, hd]);
   }
 
   // ---- weights ----
@@ -222,6 +224,11 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
 
   // ---- shared per-run values: additive attention bias [B, 1, S, T] and RoPE rows ----
   const bias = slotCache ? '' : attentionBias(gb, inputIds, attnMask);
+  // The slot-cache graph splits each softmax row into [capacity, S] (cache, then new tokens).
+  const probSplit = slotCache
+    ? gb.op1('Concat', [gb.op1('Shape', [pastK[0]!], { start: 2, end: 3 }), gb.op1('Shape', [inputIds], { start: 1, end: 2 })], { axis: 0 })
+    : '';
+  const newKv: string[] = [];
   const s1 = shared ? gb.op1('Shape', [inputIds], { start: 1, end: 2 }) : '';
   const t1 = shared ? gb.op1('Shape', [attnMask], { start: 1, end: 2 }) : '';
   const p1 = shared ? gb.op1('Sub', [t1, s1]) : '';
@@ -242,6 +249,8 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
   const sinRows = ropeMode === 'matmul' ? gb.op1('Expand', [gb.op1('Gather', ['rope_sin', positionIds], { axis: 0 }), perHead], {}, 'rope_sin_rows') : '';
 
   let x = gb.op1('Gather', ['embed_tokens', inputIds], { axis: 0 }, 'embeddings');
+  // Each layer's input norm; after the first, the previous layer's residual sum computes it.
+  let xn = '';
 
   const pow2 = gb.f32(2);
   const eps = gb.f32(c.normEps);
@@ -254,11 +263,28 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     return gb.op1('Mul', [dv, weight], {}, `${tag}_out`);
   };
 
+  /**
+   * `x + skip` and its RMSNorm, one onnxruntime SkipSimplifiedLayerNormalization kernel where an
+   * Add and a norm were two nodes; returns [normed, sum] (sum '' when not wanted).
+   */
+  const skipNorm = (inp: string, skip: string, weight: string, sumName: string, wantSum = true): [string, string] => {
+    const [normed, , , sum] = gb.op(
+      'SkipSimplifiedLayerNormalization',
+      [inp, skip, weight],
+      { epsilon: { float: c.normEps } },
+      [gb.fresh('skip_norm'), '', '', wantSum ? sumName : ''],
+      undefined,
+      'com.microsoft',
+    );
+    return [normed!, sum!];
+  };
+
   const shapeHeads = ropeMode === 'kernel' ? '' : ropeMode === 'folded' ? gb.i64([0, 0, 2, slots, KV, hd]) : gb.i64([0, 0, slots, KV, hd]);
   const shapeBSD = gb.i64([0, 0, -1]);
 
   for (let l = 0; l < L; l++) {
-    // fused projection weight [D, halves*C], columns (half, slot, kv, d)
+    // fused projection weight [D, halves*C], columns (half, slot, kv, d); the slot-cache
+    // graph's are plain [q heads | k heads | v heads] (onnx-attention.ts slotCacheAttention)
     const W = halves * C;
     const wqkv = new Float32Array(D * W);
     const wqL = w.wq.subarray(l * D * D, (l + 1) * D * D);
@@ -268,7 +294,7 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
       for (let s = 0; s < slots; s++) {
         for (let k = 0; k < KV; k++) {
           for (let d = 0; d < hd; d++) {
-            const col = ((half * slots + s) * KV + k) * hd + d;
+            const col = slotCache ? (s < g ? k * g + s : H + (s - g) * KV + k) * hd + d : ((half * slots + s) * KV + k) * hd + d;
             let src: Float32Array | null;
             let row: number;
             let mul: number;
@@ -297,13 +323,14 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
       }
     }
     gb.init(`layers.${l}.attn_norm.weight`, [D], w.rmsAtt.slice(l * D, (l + 1) * D));
-    // o projection: rows ordered (slot, kv, d) to match the attention output layout
+    if (l === 0) xn = rmsNorm(x, 'layers.0.attn_norm.weight', 'layers.0.attn_norm');
+    // o projection: rows ordered as the attention's context: (slot, kv, d), or plain heads in the slot-cache graph
     const woT = new Float32Array(D * D);
     const woL = w.wo.subarray(l * D * D, (l + 1) * D * D);
     for (let s = 0; s < g; s++) {
       for (let k = 0; k < KV; k++) {
         for (let d = 0; d < hd; d++) {
-          const r = (s * KV + k) * hd + d;
+          const r = slotCache ? (k * g + s) * hd + d : (s * KV + k) * hd + d;
           const srcCol = (k * g + s) * hd + d;
           for (let o = 0; o < D; o++) woT[r * D + o] = woL[o * D + srcCol]!;
         }
@@ -312,7 +339,6 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     gb.init(`layers.${l}.ffn_norm.weight`, [D], w.rmsFfn.slice(l * D, (l + 1) * D));
 
     // ---- attention ----
-    const xn = rmsNorm(x, `layers.${l}.attn_norm.weight`, `layers.${l}.attn_norm`);
     const proj = linear(gb, xn, `layers.${l}.attn.qkv.weight`, wqkv, D, W, lin); // [B, S, halves*C]
     // The past layouts rotate q and k here (RoPE as above); the slot-cache graph in its attention block.
     const rotate = (): string => {
@@ -324,32 +350,45 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
       const swapped = gb.op1('MatMul', [projHeads, 'rope_rotate']);
       return gb.op1('Add', [gb.op1('Mul', [projHeads, cosRows]), gb.op1('Mul', [swapped, sinRows])]); // [B, S, slots, KV, hd]
     };
-    const ctxT = slotCache
-      ? slotCacheAttention(gb, proj, pastK[l]!, pastV[l]!, l, { g, KV, hd, cacheBias, newBias, positionIds })
-      : shared
-        ? sharedPrefixAttention(gb, rotate(), pastK[l]!, pastV[l]!, { k: prefixK[l]!, v: prefixV[l]!, len: prefixLen }, packing!, l, { g, hd, bias: ownBias, lastOnly: l === L - 1 })
-        : attention(gb, rotate(), pastK[l]!, pastV[l]!, l, { g, bias });
+    let ctxT: string;
+    if (slotCache) {
+      const att = slotCacheAttention(gb, proj, pastK[l]!, pastV[l]!, { g, KV, hd, cacheBias, newBias, positionIds, probSplit });
+      newKv.push(att.k, att.v);
+      ctxT = att.ctx;
+    } else if (shared) {
+      ctxT = sharedPrefixAttention(gb, rotate(), pastK[l]!, pastV[l]!, { k: prefixK[l]!, v: prefixV[l]!, len: prefixLen }, packing!, l, { g, hd, bias: ownBias, lastOnly: l === L - 1 });
+    } else ctxT = attention(gb, rotate(), pastK[l]!, pastV[l]!, l, { g, bias });
     let ctxFlat = gb.op1('Reshape', [ctxT, shapeBSD]); // [B, S, D]
     // The last layer goes on with each row's last position only (it alone is read) in the branch graph and the slot-cache graph.
     const lastPosition = (t: string) => gb.op1('Slice', [t, gb.i64([-1]), gb.i64([2 ** 62]), gb.i64([1])]); // [B, 1, D]
     if (slotCache && l === L - 1) ctxFlat = lastPosition(ctxFlat);
     const attnOut = linear(gb, ctxFlat, `layers.${l}.attn.o.weight`, woT, D, D, lin);
     if (lastOnly && l === L - 1) x = lastPosition(x);
-    x = gb.op1('Add', [x, attnOut], {}, `layers.${l}.attn_residual`);
+    let xf: string;
+    [xf, x] = skipNorm(x, attnOut, `layers.${l}.ffn_norm.weight`, `layers.${l}.attn_residual`);
 
-    // ---- SwiGLU feed-forward ----
-    const xf = rmsNorm(x, `layers.${l}.ffn_norm.weight`, `layers.${l}.ffn_norm`);
-    const a = linear(gb, xf, `layers.${l}.ffn.w1.weight`, transpose(w.w1.subarray(l * hidden * D, (l + 1) * hidden * D), hidden, D), D, hidden, lin);
-    const b = linear(gb, xf, `layers.${l}.ffn.w3.weight`, transpose(w.w3.subarray(l * hidden * D, (l + 1) * hidden * D), hidden, D), D, hidden, lin);
+    // ---- SwiGLU feed-forward: w1 and w3 as one matrix (one kernel call), split after ----
+    const w1T = transpose(w.w1.subarray(l * hidden * D, (l + 1) * hidden * D), hidden, D);
+    const w3T = transpose(w.w3.subarray(l * hidden * D, (l + 1) * hidden * D), hidden, D);
+    const w13 = new Float32Array(D * 2 * hidden);
+    for (let i = 0; i < D; i++) {
+      w13.set(w1T.subarray(i * hidden, (i + 1) * hidden), i * 2 * hidden);
+      w13.set(w3T.subarray(i * hidden, (i + 1) * hidden), i * 2 * hidden + hidden);
+    }
+    const gateUp = linear(gb, xf, `layers.${l}.ffn.w13.weight`, w13, D, 2 * hidden, lin);
+    const [a, b] = gb.op('Split', [gateUp, gb.i64([hidden, hidden])], { axis: -1 }, 2) as [string, string];
     const silu = gb.op1('Mul', [a, gb.op1('Sigmoid', [a])]);
     const gated = gb.op1('Mul', [silu, b]);
     const down = linear(gb, gated, `layers.${l}.ffn.w2.weight`, transpose(w.w2.subarray(l * D * hidden, (l + 1) * D * hidden), D, hidden), hidden, D, lin);
-    x = gb.op1('Add', [x, down], {}, `layers.${l}.ffn_residual`);
+    // The residual sum and the next norm (the next layer's, or the final one) in one kernel.
+    [xn, x] = skipNorm(x, down, l < L - 1 ? `layers.${l + 1}.attn_norm.weight` : 'norm.weight', `layers.${l}.ffn_residual`, l < L - 1);
   }
 
   gb.init('norm.weight', [D], w.rmsFinal.slice());
-  const xf = rmsNorm(x, 'norm.weight', 'final_norm');
-  linear(gb, xf, 'lm_head.weight', transpose(w.wcls, V, D), D, V, lin, 'logits');
+  linear(gb, xn, 'lm_head.weight', transpose(w.wcls, V, D), D, V, lin, 'logits');
+  // The slot-cache graph's new keys and values leave as one tensor: every output costs onnxruntime-node a
+  // conversion (about 3 us each, bench/README.md), and a step has two a layer.
+  if (slotCache) gb.op1('Concat', newKv, { axis: 0 }, 'new_key_values');
 
   return gb.encode({
     graphName: 'cloudgate_llama',

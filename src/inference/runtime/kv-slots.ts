@@ -256,7 +256,16 @@ export function slotStepFeeds(sl: KvSlots, rows: ReadonlyArray<{ seq: number; to
 
 /** Writes the step's new keys and values into the slots; returns the last-position logits [B, V] in the rows' own order. */
 export function slotStepDone(sl: KvSlots, step: SlotStep, out: ort.InferenceSession.OnnxValueMapType): Float32Array {
-  const news = (which: string) => Array.from({ length: sl.layers }, (_, l) => out[`new.${l}.${which}`]!.data as Float32Array);
+  // One `new_key_values` tensor, blocks of [B, kvHeads, S, headDim] in the order (layer, key | value);
+  // folders converted before it (cloudgate-convert/4) return `new.N.key|value`.
+  const all = out.new_key_values?.data as Float32Array | undefined;
+  const block = step.order.length * sl.kvHeads * step.S * sl.headDim;
+  const news = (which: 'key' | 'value') =>
+    Array.from({ length: sl.layers }, (_, l) => {
+      if (!all) return out[`new.${l}.${which}`]!.data as Float32Array;
+      const at = (2 * l + (which === 'key' ? 0 : 1)) * block;
+      return all.subarray(at, at + block);
+    });
   sl.write(step.first, step.counts, step.S, news('key'), news('value'));
   const data = out.logits!.data as Float32Array;
   const V = Number(out.logits!.dims[2]);
