@@ -69,6 +69,32 @@ describe('slot-cache graph and KvSlots', () => {
     });
   }
 
+  it('reads the per-layer outputs of folders converted before new_key_values (cloudgate-convert/4)', async () => {
+    const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, vocabSize: 64, seqLen: 64, seed: 3, std: 0.3 });
+    const sess = await ort.InferenceSession.create(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, { intraOpNumThreads: 1 });
+    const layout = { layers: 2, kvHeads: 2, headDim: headSize(ck.config), positionsMax: 64 };
+    const [now, before] = [new KvSlots(layout), new KvSlots(layout)];
+    const rows = [
+      { seq: 1, tokens: [3, 4, 5] },
+      { seq: 2, tokens: [6] },
+    ];
+    const st = slotStepFeeds(now, rows);
+    slotStepFeeds(before, rows);
+    const out = await sess.run(st.feeds);
+    const all = out.new_key_values!;
+    const [B, H, S, D] = [2, 2, st.S, layout.headDim];
+    const perLayer: Record<string, ort.Tensor> = { logits: out.logits as ort.Tensor };
+    for (let l = 0; l < 2; l++) {
+      for (const [j, which] of ['key', 'value'].entries()) {
+        const at = (2 * l + j) * B * H * S * D;
+        perLayer[`new.${l}.${which}`] = new ort.Tensor('float32', (all.data as Float32Array).slice(at, at + B * H * S * D), [B, H, S, D]);
+      }
+    }
+    expect(slotStepDone(before, st, perLayer)).toEqual(slotStepDone(now, st, out));
+    for (const [name, view] of Object.entries(now.feeds(0, 2))) expect(before.feeds(0, 2)[name]).toEqual(view);
+    expect(now.len(1)).toBe(3);
+  });
+
   it("hides positions with the graph's own mask value", () => {
     expect(HIDDEN_BIAS).toBe(MASK_VALUE);
   });
