@@ -65,6 +65,18 @@ describe('slot-cache graph and KvSlots', () => {
       await step([1, 3, 4, 5].map((seq) => ({ seq, tokens: tok(1, seq + 3) })));
       expect(maxErr).toBeLessThan(TOL);
       for (const seq of [1, 3, 4, 5]) sl.delete(seq);
+      // Empty, the buffers stay until released; a cache grown past what is kept starts fresh for the next sequence.
+      expect(sl.live).toBe(0);
+      expect(sl.bytes).toBeGreaterThan(0);
+      sl.open(6);
+      sl.reserve(150);
+      expect(sl.cap).toBeGreaterThan(128);
+      sl.delete(6);
+      sl.open(7);
+      expect(sl.cap).toBe(64);
+      expect(sl.release()).toBe(false);
+      sl.delete(7);
+      expect(sl.release()).toBe(true);
       expect(sl.bytes).toBe(0);
     });
   }
@@ -97,6 +109,18 @@ describe('slot-cache graph and KvSlots', () => {
 
   it("hides positions with the graph's own mask value", () => {
     expect(HIDDEN_BIAS).toBe(MASK_VALUE);
+  });
+
+  it('keeps an emptied cache of a small capacity for the next sequence, without reallocating', () => {
+    const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 1000 });
+    sl.open(1);
+    sl.reserve(100);
+    const views = sl.feeds(0, 1);
+    sl.delete(1);
+    sl.open(2);
+    expect(sl.cap).toBe(128);
+    expect(sl.len(2)).toBe(0);
+    expect(sl.feeds(0, 1)['cache.0.key']!.buffer).toBe(views['cache.0.key']!.buffer);
   });
 
   it('refuses to grow a sequence past the model\'s positions', () => {

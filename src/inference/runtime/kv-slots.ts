@@ -18,6 +18,15 @@ export interface SlotLayout {
 const SLOT_CAPACITY_MIN_POSITIONS = 64;
 /** Slots a fresh cache starts with; doubled when more sequences are live. */
 const SLOTS_MIN = 4;
+/**
+ * Largest capacity an empty cache keeps for its next sequence. Buffers stay when the last
+ * sequence leaves (the worker frees them after a while idle): allocating and zeroing them
+ * again cost each lone request 1-1.6 ms before its prefill (m25, bench/README.md). But
+ * attention reads the whole capacity, so a cache grown by a long sequence is not kept for
+ * the short ones after it: at 128 positions a short row reads at most 2x what a fresh
+ * cache would give it.
+ */
+const KEPT_CAPACITY_MAX_POSITIONS = 2 * SLOT_CAPACITY_MIN_POSITIONS;
 
 export class KvSlots {
   private k: Float32Array[] = [];
@@ -60,9 +69,15 @@ export class KvSlots {
     return this.lenAt[this.slotOf.get(seq)!]!;
   }
 
+  /** Sequences holding a slot. */
+  get live(): number {
+    return this.seqAt.length;
+  }
+
   /** Gives `seq` the next free slot (an empty cache). */
   open(seq: number): void {
     if (this.slotOf.has(seq)) return;
+    if (!this.seqAt.length && this.cap > KEPT_CAPACITY_MAX_POSITIONS) this.release();
     const slot = this.seqAt.length;
     if (slot >= this.slotsCap) this.resize(Math.max(SLOTS_MIN, this.slotsCap * 2), Math.max(this.cap, SLOT_CAPACITY_MIN_POSITIONS));
     this.seqAt.push(seq);
@@ -70,7 +85,7 @@ export class KvSlots {
     this.slotOf.set(seq, slot);
   }
 
-  /** Drops a sequence; the last occupied slot moves into its place, so occupied slots stay contiguous. The buffers go when the last one leaves. */
+  /** Drops a sequence; the last occupied slot moves into its place, so occupied slots stay contiguous. The buffers stay (see release). */
   delete(seq: number): boolean {
     const slot = this.slotOf.get(seq);
     if (slot === undefined) return false;
@@ -79,7 +94,13 @@ export class KvSlots {
     if (slot !== last) this.move(last, slot);
     this.seqAt.pop();
     this.lenAt.pop();
-    if (!this.seqAt.length) this.resize(0, 0);
+    return true;
+  }
+
+  /** Frees the buffers when no sequence holds a slot; answers whether it did. */
+  release(): boolean {
+    if (this.seqAt.length || !this.slotsCap) return false;
+    this.resize(0, 0);
     return true;
   }
 

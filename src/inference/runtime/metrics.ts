@@ -43,7 +43,7 @@ const workerHeap = gauge({ name: 'cloudgate_engine_worker_heap_used_bytes', help
 const workerExternal = gauge({ name: 'cloudgate_engine_worker_external_bytes', help: 'Memory a model worker holds outside its V8 heap that V8 knows of (ArrayBuffers: tensors, logits); ONNX Runtime\'s own allocations are not in it', labelNames: N }, 'inference');
 const modelDown = gauge({ name: 'cloudgate_engine_model_down', help: '1 while a model is down: its worker died more often than the restart budget allows', labelNames: N }, 'inference');
 const admissionWait = gauge({ name: 'cloudgate_engine_admission_wait_seconds', help: 'The wait a request arriving now would have for a batch slot, as admission estimated it last', labelNames: N }, 'inference');
-const kvBytes = gauge({ name: 'cloudgate_engine_kv_cache_bytes', help: 'Bytes held by the KV caches of live sequences', labelNames: N }, 'inference');
+const kvBytes = gauge({ name: 'cloudgate_engine_kv_cache_bytes', help: 'Bytes held by the KV caches: live sequences, and a chat model\'s slot buffers for up to 10 s after its last sequence', labelNames: N }, 'inference');
 
 export const engineMetrics = {
   admissionWait: { set: (l: ModelLabels, s: number) => admissionWait.set(L(l), s) },

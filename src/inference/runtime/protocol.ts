@@ -89,7 +89,7 @@ export type WorkerEvent =
   /** Loaded, but not as asked (a GPU provider fell back to CPU, the branch graph was left out): for the log. */
   | { type: 'warning'; message: string }
   /** Every WORKER_MEMORY_REPORT_MS: the worker's own V8 heap and the memory outside it that V8 knows of (tensors' buffers). */
-  | { type: 'memory'; heapUsedBytes: number; externalBytes: number }
+  | { type: 'memory'; heapUsedBytes: number; externalBytes: number; kvBytes: number }
   /** tokens[b]: the token sampled for row b, -1 for rows without a sampler (their logits are the answer). */
   | { type: 'step'; id: number; logits: Float32Array; tokens: Int32Array; kvBytes: number; logprobs?: Array<TokenLogprob | null> }
   /** One step of a decode run: the token of each sequence that ran (logprobs[b]: row b's, when it asked). */

@@ -124,7 +124,12 @@ export class Runner {
   }
 
   private onReply(m: WorkerEvent): void {
-    if (m.type === 'memory') M.workerMemory.set({ model: this.modelId }, m.heapUsedBytes, m.externalBytes);
+    if (m.type === 'memory') {
+      M.workerMemory.set({ model: this.modelId }, m.heapUsedBytes, m.externalBytes);
+      // The worker frees an idle slot cache on its own (worker.ts KV_SLOTS_IDLE_RELEASE_MS): the gauge follows here.
+      this.kvBytes = m.kvBytes;
+      M.kvBytes.set({ model: this.modelId }, m.kvBytes);
+    }
     if (!('id' in m)) return;
     if (m.type === 'tokens') {
       this.onTokens.get(m.id)?.(m.seqs, m.tokens, m.logprobs);

@@ -546,6 +546,7 @@ function fork(from: number, to: number[]): void {
 function free(seqs: number[]): void {
   if (w.slots) {
     for (const s of seqs) if (w.slots.delete(s)) samplers.delete(s);
+    if (!w.slots.live) releaseSlotsWhenIdle();
     return;
   }
   if (w.batch && seqs.some((s) => w.batch!.seqs.includes(s))) materialize();
@@ -571,10 +572,24 @@ function serial(msg: WorkerCommand & { id: number }, work: () => Promise<void>):
 // The worker's own memory, for the engine's metrics: a soak showed RSS growing and the main
 // thread's heap explains only part of it. Unref'd: it never keeps a closing worker alive.
 const WORKER_MEMORY_REPORT_MS = 10_000;
-setInterval(() => {
+function reportMemory(): void {
   const h = v8.getHeapStatistics();
-  port.postMessage({ type: 'memory', heapUsedBytes: h.used_heap_size, externalBytes: h.external_memory } satisfies WorkerEvent);
-}, WORKER_MEMORY_REPORT_MS).unref();
+  port.postMessage({ type: 'memory', heapUsedBytes: h.used_heap_size, externalBytes: h.external_memory, kvBytes: kvBytes() } satisfies WorkerEvent);
+}
+setInterval(reportMemory, WORKER_MEMORY_REPORT_MS).unref();
+
+/**
+ * How long an empty slot cache keeps its buffers: a request arriving within it starts with no
+ * allocation (kv-slots.ts, KEPT_CAPACITY_MAX_POSITIONS); a model left idle gives its memory back.
+ */
+const KV_SLOTS_IDLE_RELEASE_MS = 10_000;
+let releaseTimer: NodeJS.Timeout | undefined;
+function releaseSlotsWhenIdle(): void {
+  clearTimeout(releaseTimer);
+  releaseTimer = setTimeout(() => {
+    if (w.slots?.release()) reportMemory();
+  }, KV_SLOTS_IDLE_RELEASE_MS).unref();
+}
 
 port.on('message', async (msg: WorkerCommand) => {
   switch (msg.type) {
