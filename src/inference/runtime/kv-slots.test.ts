@@ -118,9 +118,20 @@ describe('slot-cache graph and KvSlots', () => {
     const views = sl.feeds(0, 1);
     sl.delete(1);
     sl.open(2);
-    expect(sl.cap).toBe(128);
+    expect(sl.cap).toBe(112); // 64 -> 80 -> 112: a quarter more each time, in multiples of 16
     expect(sl.len(2)).toBe(0);
     expect(sl.feeds(0, 1)['cache.0.key']!.buffer).toBe(views['cache.0.key']!.buffer);
+  });
+
+  it('grows the capacity by a quarter, in multiples of 16 positions', () => {
+    const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 2000 });
+    sl.open(1);
+    const caps: number[] = [];
+    for (const need of [64, 65, 81, 113, 145, 1000]) {
+      sl.reserve(need);
+      caps.push(sl.cap);
+    }
+    expect(caps).toEqual([64, 80, 112, 144, 192, 1200]);
   });
 
   it('refuses to grow a sequence past the model\'s positions', () => {

@@ -14,8 +14,17 @@ export interface SlotLayout {
   positionsMax: number;
 }
 
-/** Capacity a fresh cache starts with; it doubles as the longest sequence needs, up to the layout's positionsMax. */
+/** Capacity a fresh cache starts with; it grows as the longest sequence needs, up to the layout's positionsMax. */
 const SLOT_CAPACITY_MIN_POSITIONS = 64;
+/**
+ * Each growth of the capacity: x1.25, rounded up to a multiple of 16 positions. Attention reads
+ * the whole capacity of every row each step (m25 at 16 rows: ~40 us a position and step,
+ * bench/README.md), so doubling would read up to 2x the longest sequence; a quarter more
+ * bounds that at 1.25x, for about three times as many regrowths (each copies the live
+ * positions once: 5x a sequence's length over its life instead of 2x).
+ */
+const SLOT_CAPACITY_GROWTH = 1.25;
+const SLOT_CAPACITY_ALIGN_POSITIONS = 16;
 /** Slots a fresh cache starts with; doubled when more sequences are live. */
 const SLOTS_MIN = 4;
 /**
@@ -109,7 +118,7 @@ export class KvSlots {
     if (positions > this.layout.positionsMax) throw new Error(`a sequence of ${positions} positions passes the model's ${this.layout.positionsMax}`);
     if (positions <= this.cap) return;
     let cap = Math.max(this.cap, SLOT_CAPACITY_MIN_POSITIONS);
-    while (cap < positions) cap *= 2;
+    while (cap < positions) cap = Math.ceil((cap * SLOT_CAPACITY_GROWTH) / SLOT_CAPACITY_ALIGN_POSITIONS) * SLOT_CAPACITY_ALIGN_POSITIONS;
     this.resize(this.slotsCap, Math.min(cap, this.layout.positionsMax));
   }
 
