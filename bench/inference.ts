@@ -12,6 +12,10 @@ import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/k
 // completion tokens per second and time to first token, over SSE as a client
 // sees them. Usage: node dist/bench/inference.js [--model ID] [--models-dir DIR] [--tokens 64] [--streams 1,4,16,64] [--seconds 8] [--raw-seconds 4] [--json-schema story]
 // [--dtype q4]: the weight variant (MODEL_DTYPE), where the model's folder holds it; else its cloudgate.json's.
+// [--ttft first-token]: every request asks for logprobs, so each token comes in its own chunk even
+// when its text is held back (an incomplete UTF-8 character), and TTFT is taken at the first token,
+// as ../shared/peer's llama.cpp harness takes it; the default, first-text, is what a client reading
+// only `content` sees.
 
 const args = new Map<string, string>();
 for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
@@ -28,6 +32,10 @@ const STRUCTURED = { story: { type: 'json_schema', json_schema: { name: 'story',
 const responseFormat = args.has('json-schema') ? STRUCTURED[args.get('json-schema') as keyof typeof STRUCTURED] : undefined;
 if (args.has('json-schema') && !responseFormat) throw new Error(`--json-schema: one of ${Object.keys(STRUCTURED).join(', ')}`);
 
+const ttftAt = args.get('ttft') ?? 'first-text';
+if (ttftAt !== 'first-text' && ttftAt !== 'first-token') throw new Error('--ttft: first-text or first-token');
+const firstToken = ttftAt === 'first-token';
+
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * p))] ?? NaN;
 
 // The client is node:http with light parsing: on this 2-core machine the
@@ -37,7 +45,7 @@ const agent = new http.Agent({ keepAlive: true, maxSockets: 1024 });
 
 function oneStream(url: string, key: string, prompt: string): Promise<{ ttft: number; tokens: number; promptTokens: number }> {
   const t0 = performance.now();
-  const body = JSON.stringify({ model, messages: [{ role: 'user', content: prompt }], max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true }, response_format: responseFormat });
+  const body = JSON.stringify({ model, messages: [{ role: 'user', content: prompt }], max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true }, response_format: responseFormat, ...(firstToken ? { logprobs: true } : {}) });
   const u = new URL(url);
   return new Promise((resolve, reject) => {
     const req = http.request(
@@ -58,7 +66,8 @@ function oneStream(url: string, key: string, prompt: string): Promise<{ ttft: nu
           while ((i = buf.indexOf('\n\n')) >= 0) {
             const ev = buf.slice(0, i);
             buf = buf.slice(i + 2);
-            if (Number.isNaN(ttft) && ev.includes('"content":"') && !ev.includes('"content":""')) ttft = performance.now() - t0;
+            const seen = firstToken ? ev.includes('"logprobs":{"content":[{') : ev.includes('"content":"') && !ev.includes('"content":""');
+            if (Number.isNaN(ttft) && seen) ttft = performance.now() - t0;
             if (ev.includes('"usage":{')) {
               const usage = JSON.parse(ev.slice(6)).usage;
               tokens = usage.completion_tokens;
@@ -168,7 +177,7 @@ async function main() {
   try {
     const key = await benchKey(d, ['inference:use'], 1_000_000_000);
     const url = `${d.inferenceUrl}/api/v1/chat/completions`;
-    console.log(`machine: ${machine()}\nmodel: ${model}, ${maxTokens} tokens per stream, temperature 0`);
+    console.log(`machine: ${machine()}\nmodel: ${model}, ${maxTokens} tokens per stream, temperature 0${firstToken ? ", logprobs on, TTFT at the first token" : ""}`);
     await oneStream(url, key, 'warm up'); // warm-up
     const modelDir = fs.readdirSync(modelsDir).map((f) => path.join(modelsDir, f)).find((dir) => {
       const c = path.join(dir, 'cloudgate.json');
