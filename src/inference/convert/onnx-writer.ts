@@ -31,9 +31,11 @@
 // - Grouped-query attention without repeating K/V: q is laid out as
 //   [group, batch, kv_head, seq, head] and MatMul broadcasts against the
 //   [batch, kv_head, total, head] cache.
-// - RMSNorm is written as Pow -> ReduceMean -> Add -> Sqrt -> Div -> Mul, the
-//   pattern onnxruntime fuses into one SimplifiedLayerNormalization kernel;
-//   Transpose -> MatMul for q.k^T is fused by ORT into one FusedMatMul and
+// - Each residual sum and the RMSNorm after it are one
+//   SkipSimplifiedLayerNormalization (com.microsoft); the first layer's norm is
+//   written as Pow -> ReduceMean -> Add -> Sqrt -> Div -> Mul, the pattern
+//   onnxruntime fuses into one SimplifiedLayerNormalization kernel. w1 and w3 are
+//   one matrix, split after. Transpose -> MatMul for q.k^T is fused by ORT into one FusedMatMul and
 //   SiLU written as x * Sigmoid(x) into one QuickGelu(alpha = 1) kernel.
 // - cos/sin tables and the additive mask are computed once per run and
 //   shared by all layers.
@@ -83,7 +85,8 @@ export interface OnnxWriteOptions {
    *   row's filled positions, MASK_VALUE elsewhere); new_bias [B, 1, S, S] (the
    *   causal mask among the step's tokens, left padding hidden);
    *   cache.N.key|value [B, n_kv_heads, C, head_size]. Outputs: logits of each
-   *   row's last position [B, 1, vocab]; new.N.key|value [B, n_kv_heads, S, head_size].
+   *   row's last position [B, 1, vocab]; new_key_values [2 * layers * B, n_kv_heads,
+   *   S, head_size], blocks of B rows ordered (layer, key | value).
    */
   kvLayout?: 'past' | 'slots';
   /** Weight format of the matrices (onnx-linear.ts); embeddings and norms stay float32. Default f32. */
@@ -368,12 +371,13 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     [xf, x] = skipNorm(x, attnOut, `layers.${l}.ffn_norm.weight`, `layers.${l}.attn_residual`);
 
     // ---- SwiGLU feed-forward: w1 and w3 as one matrix (one kernel call), split after ----
-    const w1T = transpose(w.w1.subarray(l * hidden * D, (l + 1) * hidden * D), hidden, D);
-    const w3T = transpose(w.w3.subarray(l * hidden * D, (l + 1) * hidden * D), hidden, D);
+    // [D, 2 * hidden]: row i holds input i's weights, w1's columns then w3's (both stored [hidden, D]).
     const w13 = new Float32Array(D * 2 * hidden);
-    for (let i = 0; i < D; i++) {
-      w13.set(w1T.subarray(i * hidden, (i + 1) * hidden), i * 2 * hidden);
-      w13.set(w3T.subarray(i * hidden, (i + 1) * hidden), i * 2 * hidden + hidden);
+    for (let j = 0; j < hidden; j++) {
+      for (let i = 0; i < D; i++) {
+        w13[i * 2 * hidden + j] = w.w1[(l * hidden + j) * D + i]!;
+        w13[i * 2 * hidden + hidden + j] = w.w3[(l * hidden + j) * D + i]!;
+      }
     }
     const gateUp = linear(gb, xf, `layers.${l}.ffn.w13.weight`, w13, D, 2 * hidden, lin);
     const [a, b] = gb.op('Split', [gateUp, gb.i64([hidden, hidden])], { axis: -1 }, 2) as [string, string];

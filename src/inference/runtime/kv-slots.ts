@@ -18,7 +18,7 @@ export interface SlotLayout {
 const SLOT_CAPACITY_MIN_POSITIONS = 64;
 /**
  * Each growth of the capacity: x1.25, rounded up to a multiple of 16 positions. Attention reads
- * the whole capacity of every row each step (m25 at 16 rows: ~40 us a position and step,
+ * the whole capacity of every row each step (m25 int4 at 16 rows: ~28 us a position and step,
  * bench/README.md), so doubling would read up to 2x the longest sequence; a quarter more
  * bounds that at 1.25x, for about three times as many regrowths (each copies the live
  * positions once: 5x a sequence's length over its life instead of 2x).
