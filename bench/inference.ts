@@ -5,7 +5,8 @@ import ort from 'onnxruntime-node';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
 import { benchKey, fmt, machine } from './lib.js';
 import { MODEL_DTYPES, modelFileOf, type ModelDtype } from '../src/inference/convert/model-config.js';
-import { pickVariant, threadsFor } from '../src/inference/runtime/engine.js';
+import { narrowSessionFor, pickVariant, threadsFor } from '../src/inference/runtime/engine.js';
+import { SessionChoice } from '../src/inference/runtime/session-choice.js';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
 
 // Chat throughput through the daemon: N concurrent streams, aggregate
@@ -92,13 +93,39 @@ function oneStream(url: string, key: string, prompt: string): Promise<{ ttft: nu
  * whole passes (the work the daemon's streams do) and over decode steps only.
  */
 async function rawLoop(modelFile: string, B: number, prompt: number, steps: number, seconds: number): Promise<{ withPrefill: number; decodeOnly: number }> {
-  const sess = await ort.InferenceSession.create(modelFile, {
+  const threads = process.env.ORT_INTRA_OP_THREADS ? Number(process.env.ORT_INTRA_OP_THREADS) : threadsFor(modelFile);
+  const options = (intraOpNumThreads: number): ort.InferenceSession.SessionOptions => ({
     graphOptimizationLevel: 'all',
-    intraOpNumThreads: process.env.ORT_INTRA_OP_THREADS ? Number(process.env.ORT_INTRA_OP_THREADS) : threadsFor(modelFile),
+    intraOpNumThreads,
     interOpNumThreads: 1,
     extra: { session: { intra_op: { allow_spinning: ['1', 'true'].includes(process.env.ORT_INTRA_OP_SPIN ?? '') ? '1' : '0' } } },
   });
-  if (sess.inputNames.includes('cache_bias')) return slotLoop(sess, B, prompt, steps, seconds);
+  const sess = await ort.InferenceSession.create(modelFile, options(threads));
+  // The daemon's worker's pair of sessions (runtime/session-choice.ts), chosen the same way.
+  const narrowOn = !['0', 'false'].includes(process.env.ORT_NARROW_SESSION ?? '') && narrowSessionFor(modelFile, threads);
+  const narrow = narrowOn ? await ort.InferenceSession.create(modelFile, options(1)) : undefined;
+  const choice = new SessionChoice();
+  const runOn = async (feeds: Record<string, ort.Tensor>, tokens: number) => {
+    if (!narrow) return sess.run(feeds);
+    const kind = choice.pick(tokens);
+    const t0 = performance.now();
+    const out = await (kind === 'narrow' ? narrow : sess).run(feeds);
+    choice.record(tokens, kind, performance.now() - t0);
+    return out;
+  };
+  try {
+    if (sess.inputNames.includes('cache_bias')) return await slotLoop(sess, runOn, B, prompt, steps, seconds);
+    return await pastLoop(sess, runOn, B, prompt, steps, seconds);
+  } finally {
+    await sess.release();
+    await narrow?.release();
+  }
+}
+
+type RunOn = (feeds: Record<string, ort.Tensor>, tokens: number) => Promise<ort.InferenceSession.OnnxValueMapType>;
+
+/** rawLoop for a graph of the Hugging Face past_key_values layout (evaluation models, graphs exported elsewhere). */
+async function pastLoop(sess: ort.InferenceSession, runOn: RunOn, B: number, prompt: number, steps: number, seconds: number): Promise<{ withPrefill: number; decodeOnly: number }> {
   const pk = sess.inputMetadata.filter((m) => /^past_key_values\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
   const H = Number(pk[0]!.shape[1]);
   const D = Number(pk[0]!.shape[3]);
@@ -122,10 +149,10 @@ async function rawLoop(modelFile: string, B: number, prompt: number, steps: numb
     const t0 = performance.now();
     past = {};
     for (let l = 0; l < L; l++) for (const w of ['key', 'value']) past[`past_key_values.${l}.${w}`] = new ort.Tensor('float32', new Float32Array(0), [B, H, 0, D]);
-    advance(await sess.run(feed(prompt, 0)));
+    advance(await runOn(feed(prompt, 0), B * prompt));
     const t1 = performance.now();
     for (let i = 0; i < steps; i++) {
-      const out = await sess.run(feed(1, prompt + i));
+      const out = await runOn(feed(1, prompt + i), B);
       // the daemon samples every row; the loop reads the logits too
       const lg = out.logits!.data as Float32Array;
       let best = 0;
@@ -137,12 +164,11 @@ async function rawLoop(modelFile: string, B: number, prompt: number, steps: numb
     decoding += t2 - t1;
     tokens += B * steps;
   }
-  await sess.release();
   return { withPrefill: (tokens / total) * 1000, decodeOnly: (tokens / decoding) * 1000 };
 }
 
 /** rawLoop for a slot-cache graph (chat models): the worker's own cache (runtime/kv-slots.ts), with no scheduler, sampler or messages around it. */
-async function slotLoop(sess: ort.InferenceSession, B: number, prompt: number, steps: number, seconds: number): Promise<{ withPrefill: number; decodeOnly: number }> {
+async function slotLoop(sess: ort.InferenceSession, runOn: RunOn, B: number, prompt: number, steps: number, seconds: number): Promise<{ withPrefill: number; decodeOnly: number }> {
   const meta = sess.inputMetadata.filter((m) => /^cache\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
   const sl = new KvSlots({ layers: meta.length, kvHeads: Number(meta[0]!.shape[1]), headDim: Number(meta[0]!.shape[3]), positionsMax: prompt + steps });
   const seqs = Array.from({ length: B }, (_, i) => i);
@@ -151,7 +177,7 @@ async function slotLoop(sess: ort.InferenceSession, B: number, prompt: number, s
   let decoding = 0;
   const run = async (n: number) => {
     const st = slotStepFeeds(sl, seqs.map((seq) => ({ seq, tokens: new Array<number>(n).fill(5) })));
-    const lg = slotStepDone(sl, st, await sess.run(st.feeds));
+    const lg = slotStepDone(sl, st, await runOn(st.feeds, B * n));
     let best = 0;
     for (let j = 1; j < lg.length / B; j++) if (lg[j]! > lg[best]!) best = j;
   };
@@ -166,7 +192,6 @@ async function slotLoop(sess: ort.InferenceSession, B: number, prompt: number, s
     decoding += t2 - t1;
     tokens += B * steps;
   }
-  await sess.release();
   return { withPrefill: (tokens / total) * 1000, decodeOnly: (tokens / decoding) * 1000 };
 }
 

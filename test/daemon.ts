@@ -36,7 +36,9 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir?: st
   // The daemon writes its log straight to a file (no pipe for this process to drain under load);
   // we poll the file for the "listening" line.
   const out = fs.openSync(logFile, 'a');
-  const proc = spawn(process.execPath, [path.join(repoRoot, 'dist/src/main.js')], {
+  // DAEMON_NODE_ARGS: node flags for the daemon that NODE_OPTIONS refuses (--cpu-prof, for benchmarks).
+  const nodeArgs = process.env.DAEMON_NODE_ARGS ? process.env.DAEMON_NODE_ARGS.split(' ') : [];
+  const proc = spawn(process.execPath, [...nodeArgs, path.join(repoRoot, 'dist/src/main.js')], {
     cwd: repoRoot,
     env: {
       ...process.env,

@@ -24,6 +24,7 @@ export const inferenceModule: Module = {
       intraOpThreads: c.ORT_INTRA_OP_THREADS,
       threadsNice: c.MODEL_THREADS_NICE,
       threadsSpin: c.ORT_INTRA_OP_SPIN,
+      narrowSession: c.ORT_NARROW_SESSION,
       options: { admissionWaitMsMax: c.ADMISSION_WAIT_MS_MAX },
       dtype: c.MODEL_DTYPE,
     });

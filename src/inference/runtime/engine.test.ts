@@ -262,3 +262,25 @@ describe.skipIf(!fs.existsSync(HF))('a real Hugging Face optimum export (../shar
     }
   }, 60_000);
 });
+
+describe('engine with a one-thread session beside the every-core one', () => {
+  it('gives the same greedy tokens while its first steps alternate between the two sessions (both read the one KV cache)', async () => {
+    // Two threads and the narrow session: SessionChoice alternates sessions while it measures
+    // (its first ten steps of each size), so these generations switch sessions mid-sequence.
+    const both = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 2, narrowSession: true, options: { batchSizeMax: 32 } });
+    try {
+      for (const i of [0, 3, 7]) {
+        const want = await collect(greedy(prompt(i), 16));
+        const got = await collect(both.generate(gen(), { promptTokens: prompt(i), maxTokens: 16, temperature: 0, topP: 1, stop: [] }));
+        expect(got.ids).toEqual(want.ids);
+      }
+      // several rows at once, decoding together
+      const many = [1, 2, 4, 5].map((i) => prompt(i));
+      const want = await Promise.all(many.map((p) => collect(greedy(p, 10))));
+      const got = await Promise.all(many.map((p) => collect(both.generate(gen(), { promptTokens: p, maxTokens: 10, temperature: 0, topP: 1, stop: [] }))));
+      expect(got.map((g) => g.ids)).toEqual(want.map((g) => g.ids));
+    } finally {
+      await both.close();
+    }
+  });
+});

@@ -30,6 +30,8 @@ export interface EngineConfig {
   threadsNice?: number;
   /** ORT_INTRA_OP_SPIN: idle intra-op threads spin instead of sleeping. */
   threadsSpin?: boolean;
+  /** ORT_NARROW_SESSION: a model on several threads also loads a one-thread session for narrow steps (narrowSessionFor). */
+  narrowSession?: boolean;
   /** MODEL_DTYPE: the weight variant served by every folder that holds it, over cloudgate.json's `dtype` */
   dtype?: ModelDtype;
   options?: Partial<EngineOptions>;
@@ -43,12 +45,29 @@ export interface EngineConfig {
  */
 const MULTI_THREAD_MODEL_BYTES_MIN = 4 * 2 ** 20;
 
-/** A model's intra-op threads when ORT_INTRA_OP_THREADS does not say: every core, one for a tiny model. */
-export function threadsFor(modelFile: string): number {
+/**
+ * Above this size a model gets no one-thread session beside its every-core one
+ * (session-choice.ts): it would hold a second copy of the weights, and a step of such a
+ * model is long enough that the other threads' wake-ups are a small part of it (m110 int8,
+ * 98 MB, already steps faster on two threads at batch 1).
+ */
+const NARROW_SESSION_MODEL_BYTES_MAX = 256 * 2 ** 20;
+
+/** A model's graph and weights on disk. */
+function modelBytes(modelFile: string): number {
   // Weights beside the graph: ours (`model.onnx.data`) and the optimum exporters' (`model.onnx_data`).
   const side = [`${modelFile}.data`, `${modelFile}_data`].filter((f) => fs.existsSync(f));
-  const bytes = [modelFile, ...side].reduce((n, f) => n + fs.statSync(f).size, 0);
-  return bytes < MULTI_THREAD_MODEL_BYTES_MIN ? 1 : os.availableParallelism();
+  return [modelFile, ...side].reduce((n, f) => n + fs.statSync(f).size, 0);
+}
+
+/** A model's intra-op threads when ORT_INTRA_OP_THREADS does not say: every core, one for a tiny model. */
+export function threadsFor(modelFile: string): number {
+  return modelBytes(modelFile) < MULTI_THREAD_MODEL_BYTES_MIN ? 1 : os.availableParallelism();
+}
+
+/** Whether a model on `threads` intra-op threads also gets a one-thread session for narrow steps. */
+export function narrowSessionFor(modelFile: string, threads: number): boolean {
+  return threads > 1 && modelBytes(modelFile) <= NARROW_SESSION_MODEL_BYTES_MAX;
 }
 
 /** The weight variant a folder serves: the daemon-wide choice where the folder has it, else its cloudgate.json's. */
@@ -79,13 +98,16 @@ export class Engine implements InferenceEngine {
         const dtype = pickVariant(dir, c.dtype, cfg.dtype);
         const branchPath = path.join(dir, branchFileOf(dtype));
         const tokenTexts = text.tokenTexts();
+        const modelPath = path.join(dir, modelFileOf(dtype));
+        const threads = cfg.intraOpThreads ?? threadsFor(modelPath);
         const runner = await Runner.start({
           tokenTexts,
-          modelPath: path.join(dir, modelFileOf(dtype)),
+          modelPath,
           branchModelPath: c.kind === 'evaluation' && fs.existsSync(branchPath) ? branchPath : undefined,
           executionProvider: cfg.executionProvider,
           strict: cfg.strict,
-          intraOpThreads: cfg.intraOpThreads ?? threadsFor(path.join(dir, modelFileOf(dtype))),
+          intraOpThreads: threads,
+          narrowSession: cfg.narrowSession !== false && cfg.executionProvider === 'cpu' && narrowSessionFor(modelPath, threads),
           positionsMax: c.contextLength,
           nice: cfg.threadsNice ?? 0,
           spin: cfg.threadsSpin ?? false,

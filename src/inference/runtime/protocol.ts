@@ -15,6 +15,8 @@ export interface InitMsg {
   executionProvider: 'cpu' | 'webgpu' | 'cuda';
   strict: boolean;
   intraOpThreads: number;
+  /** Also load a one-thread session of the model graph; steps of a few tokens run on whichever is faster (session-choice.ts). */
+  narrowSession: boolean;
   /** Niceness of the worker and its ONNX threads (Linux; 0 leaves them at the process's). */
   nice: number;
   /** Idle intra-op threads spin (onnxruntime's default) instead of sleeping. */

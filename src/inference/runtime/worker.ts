@@ -8,6 +8,7 @@ import { KvSlots, slotStepDone, slotStepFeeds } from './kv-slots.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
+import { SessionChoice } from './session-choice.js';
 
 // One model's ONNX session, run on this thread (session.run blocks it), the
 // KV cache of every live sequence (kv.ts) and the batch of the last step.
@@ -21,6 +22,9 @@ const port = parentPort!;
  */
 interface WorkerState {
   session: ort.InferenceSession;
+  /** The same graph on one intra-op thread, for steps of a few tokens (session-choice.ts); with `choice`. */
+  narrow: ort.InferenceSession | undefined;
+  choice: SessionChoice | undefined;
   /** The shared-prefix graph (branch.onnx) of evaluation models, when there is one. */
   branchSession: ort.InferenceSession | undefined;
   arch: Arch;
@@ -40,6 +44,8 @@ interface WorkerState {
 }
 // session, arch and store are set by init, the first message, before any other is handled.
 const w = {
+  narrow: undefined,
+  choice: undefined,
   branchSession: undefined,
   slots: undefined,
   batch: undefined,
@@ -92,6 +98,15 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     port.postMessage({ type: 'warning', message: `${provider} failed (${(e as Error).message}); using cpu` } satisfies WorkerEvent);
     provider = 'cpu';
     w.session = await ort.InferenceSession.create(msg.modelPath, { ...base, executionProviders: ['cpu'] });
+  }
+  if (msg.narrowSession && provider === 'cpu') {
+    // Threads are per session: one thread here, every core in `session`. Only faster, so a failure leaves it out.
+    try {
+      w.narrow = await ort.InferenceSession.create(msg.modelPath, { ...base, intraOpNumThreads: 1, executionProviders: ['cpu'] });
+      w.choice = new SessionChoice();
+    } catch (e) {
+      port.postMessage({ type: 'warning', message: `one-thread session not loaded (${(e as Error).message}); every step runs on ${msg.intraOpThreads} threads` } satisfies WorkerEvent);
+    }
   }
   const meta = w.session.inputMetadata;
   const slotCache = meta.some((m) => m.name === 'cache_bias');
@@ -266,10 +281,20 @@ function afterStep(rows: StepRow[], kvs: Kv[], out: ort.InferenceSession.OnnxVal
   return lastLogits(out.logits!, rows.length);
 }
 
+/** Runs the model graph on a step of `tokens` tokens (rows x new tokens), on whichever session is faster for that size. */
+async function runModel(feeds: Record<string, ort.Tensor>, tokens: number): Promise<ort.InferenceSession.OnnxValueMapType> {
+  if (!w.narrow || !w.choice) return w.session.run(feeds);
+  const kind = w.choice.pick(tokens);
+  const t0 = performance.now();
+  const out = await (kind === 'narrow' ? w.narrow : w.session).run(feeds);
+  w.choice.record(tokens, kind, performance.now() - t0);
+  return out;
+}
+
 /** A step of the slot-cache graph: each row's cache read where it lies, only the step's new keys and values written back. */
 async function slotStep(rows: StepRow[]): Promise<Float32Array> {
   const st = slotStepFeeds(w.slots!, rows);
-  return slotStepDone(w.slots!, st, await w.session.run(st.feeds));
+  return slotStepDone(w.slots!, st, await runModel(st.feeds, st.order.length * st.S));
 }
 
 /** Whether a sequence has a cache here. */
@@ -290,7 +315,7 @@ async function step(rows: StepRow[]): Promise<Float32Array> {
   if (!steady) materialize();
   const kvs = rows.map((r) => w.store.open(r.seq, Math.max(16, r.tokens.length)));
   const inp = stepInputs(rows, kvs, 0, w.arch.hasPositionIds, steady ? w.batch : undefined);
-  return afterStep(rows, kvs, await w.session.run(inp.feeds), inp, 0);
+  return afterStep(rows, kvs, await runModel(inp.feeds, rows.length * (inp.T - inp.P)), inp, 0);
 }
 
 /** The prefix every row continues, when all rows are forks of one and the model has a branch graph. */
@@ -515,7 +540,9 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
       const logits = await step(live.map((seq) => ({ seq, tokens: [samplers.get(seq)!.next] })));
       const V = logits.length / live.length;
       const tokens = Int32Array.from(live, (seq, b) => draw(samplers.get(seq)!, logits, b, V));
-      port.postMessage({ type: 'tokens', id, seqs: live, tokens, logprobs: logprobsOf(live) } satisfies WorkerEvent, [tokens.buffer as ArrayBuffer]);
+      // Copied, not transferred: a step's few tokens copy faster than a transfer detaches their buffer
+      // (a 1-token message: ~36 us to post copied, ~60 us transferred, from a nice-10 worker here).
+      port.postMessage({ type: 'tokens', id, seqs: live, tokens, logprobs: logprobsOf(live) } satisfies WorkerEvent);
       applyDeferredFrees();
       live = live.filter(alive);
     }
@@ -627,6 +654,7 @@ port.on('message', async (msg: WorkerCommand) => {
     case 'close':
       return serial(msg, async () => {
         await w.session?.release();
+        await w.narrow?.release();
         await w.branchSession?.release();
         port.postMessage({ type: 'done', id: msg.id } satisfies WorkerEvent);
       });

@@ -1,0 +1,91 @@
+// Which of a model's two sessions runs a step: the one on every core ("wide") or
+// a one-thread session of the same graph ("narrow"). A step of a few tokens on a
+// small model is a few hundred operators of microseconds each, and waking the
+// other intra-op threads for each of them costs more than they save: m25 int4 at
+// batch 1 steps in 1.30 ms on one thread and 2.03 ms on two, while 16 rows take
+// 9.9 ms on one and 8.3 ms on two (bench/README.md "One thread for narrow steps").
+// Where the crossing lies depends on the model and the machine (m110 int8 is
+// faster on two threads at batch 1), so it is measured as the steps run.
+
+export type SessionKind = 'narrow' | 'wide';
+
+/** Steps of more tokens than this always run wide: one thread only pays off for the smallest. */
+export const NARROW_STEP_TOKENS_MAX = 8;
+/** Samples per session and size before the faster one is trusted (each session's first run is not counted: it allocates). */
+const SAMPLES_TO_TRUST = 4;
+/** How often the slower session is tried again for a size, in steps of that size: an estimate must follow the load. */
+const RETRY_SLOWER_EVERY_STEPS = 64;
+/** Weight of the newest sample in a session's running mean step time. */
+const MEAN_WEIGHT = 0.2;
+/**
+ * How much faster the other session must have become before a size changes sessions: the
+ * daemon's steps share the cores with the HTTP thread, and without a margin two sessions
+ * within that noise of each other took turns for long stretches.
+ */
+const SWITCH_MARGIN = 0.1;
+
+interface Bucket {
+  narrow: Estimate;
+  wide: Estimate;
+  /** The session it runs on once both are measured. */
+  current: SessionKind | undefined;
+  /** Steps since the other session was last tried. */
+  sinceRetry: number;
+}
+
+interface Estimate {
+  /** Runs seen, the uncounted first included. */
+  runs: number;
+  meanMs: number;
+}
+
+/** Step sizes in buckets of powers of two: 1, 2, 3-4, 5-8 tokens. */
+function bucketOf(tokens: number): number {
+  return Math.ceil(Math.log2(Math.max(1, tokens)));
+}
+
+export class SessionChoice {
+  private readonly est = new Map<number, Bucket>();
+
+  private of(bucket: number): Bucket {
+    let e = this.est.get(bucket);
+    if (!e) this.est.set(bucket, (e = { narrow: { runs: 0, meanMs: 0 }, wide: { runs: 0, meanMs: 0 }, current: undefined, sinceRetry: 0 }));
+    return e;
+  }
+
+  /** The bucket's session now: once both are measured, the faster, changed only past the margin. */
+  private current(e: Bucket): SessionKind | undefined {
+    if (e.narrow.runs <= SAMPLES_TO_TRUST || e.wide.runs <= SAMPLES_TO_TRUST) return undefined;
+    const faster: SessionKind = e.narrow.meanMs <= e.wide.meanMs ? 'narrow' : 'wide';
+    const other: SessionKind = faster === 'narrow' ? 'wide' : 'narrow';
+    if (e.current === undefined || e[faster].meanMs < e[other].meanMs * (1 - SWITCH_MARGIN)) e.current = faster;
+    return e.current;
+  }
+
+  /** The session a step of `tokens` tokens (rows x new tokens) should run on. */
+  pick(tokens: number): SessionKind {
+    if (tokens > NARROW_STEP_TOKENS_MAX) return 'wide';
+    const e = this.of(bucketOf(tokens));
+    const now = this.current(e);
+    // Until both are known, alternate between them (the one with fewer runs goes next).
+    if (now === undefined) return e.narrow.runs <= e.wide.runs ? 'narrow' : 'wide';
+    e.sinceRetry = (e.sinceRetry + 1) % RETRY_SLOWER_EVERY_STEPS;
+    if (e.sinceRetry === 0) return now === 'narrow' ? 'wide' : 'narrow';
+    return now;
+  }
+
+  /** Counts a step's run time into its session's estimate for its size. */
+  record(tokens: number, kind: SessionKind, ms: number): void {
+    if (tokens > NARROW_STEP_TOKENS_MAX) return;
+    const s = this.of(bucketOf(tokens))[kind];
+    s.runs++;
+    if (s.runs === 2) s.meanMs = ms;
+    else if (s.runs > 2) s.meanMs += MEAN_WEIGHT * (ms - s.meanMs);
+  }
+
+  /** The session steps of this size run on now (tests, logs): undefined while still measuring. */
+  chosen(tokens: number): SessionKind | undefined {
+    if (tokens > NARROW_STEP_TOKENS_MAX) return 'wide';
+    return this.current(this.of(bucketOf(tokens)));
+  }
+}
