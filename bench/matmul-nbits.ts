@@ -9,7 +9,8 @@ import { fmt, machine } from './lib.js';
 // 256 prompt tokens.
 // With --threads T (default 1) on T intra-op threads: `--threads 2` at M=256 is
 // the machine's peak the engine's decode rate is compared with (bench/README.md).
-// Usage: node dist/bench/matmul-nbits.js [--k 512] [--n 1376] [--ms 300] [--threads 1]
+// Usage: node dist/bench/matmul-nbits.js [--k 512] [--n 1376] [--ms 300] [--threads 1] [--rows 1,16,256]
+// (--rows 1,704: an evaluation's 64 questions make a 704-row step on its branch graph)
 
 const args = new Map<string, string>();
 for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
@@ -42,7 +43,7 @@ async function timeRuns(s: ort.InferenceSession, M: number): Promise<number> {
 
 async function main() {
   console.log(`machine: ${machine()}\nmatrix K=${K} N=${N}, ${THREADS} thread(s), microseconds per run (GFLOP/s)`);
-  const rows = [1, 16, 256];
+  const rows = (args.get('rows') ?? '1,16,256').split(',').map(Number);
   console.log(`| weights | accuracy_level | block | ${rows.map((m) => `M=${m}`).join(' | ')} |`);
   console.log(`| --- | --- | --- | ${rows.map(() => '---').join(' | ')} |`);
   const cases: Array<[WeightFormat, number | undefined, number | undefined]> = [
