@@ -87,7 +87,7 @@ const envSchema = z.object({
   // tokens/s and the gateway's added p99 rose (bench/README.md "Every core"). Off by default.
   ORT_INTRA_OP_SPIN: bool.default(false),
   // A model on several intra-op threads whose weights are at most 256 MiB also loads a
-  // one-thread session of the same graph, and each step of at most 8 tokens runs on whichever
+  // one-thread session of the same graph, and each step of at most 32 tokens runs on whichever
   // of the two has been faster for steps of its size: one stream of m25 int4 steps in 1.30 ms
   // on one thread and 2.03 ms on two (a wake-up per operator). The cost is a second copy of
   // the weights (runtime/session-choice.ts, bench/README.md "One thread for narrow steps").

@@ -9,8 +9,13 @@
 
 export type SessionKind = 'narrow' | 'wide';
 
-/** Steps of more tokens than this always run wide: one thread only pays off for the smallest. */
-export const NARROW_STEP_TOKENS_MAX = 8;
+/**
+ * Steps of more tokens than this always run wide: one thread pays off only for the smallest
+ * (decode steps of a few rows, a short prompt: m25 int4's 20-token prompt took 14.1 ms on one
+ * thread and 19.3 on two in one run, and as long in another), and trying a long prompt on one
+ * thread would cost more than it could save.
+ */
+export const NARROW_STEP_TOKENS_MAX = 32;
 /** Samples per session and size before the faster one is trusted (each session's first run is not counted: it allocates). */
 const SAMPLES_TO_TRUST = 4;
 /** How often the slower session is tried again for a size, in steps of that size: an estimate must follow the load. */
@@ -39,7 +44,7 @@ interface Estimate {
   meanMs: number;
 }
 
-/** Step sizes in buckets of powers of two: 1, 2, 3-4, 5-8 tokens. */
+/** Step sizes in buckets of powers of two: 1, 2, 3-4, 5-8, ... 17-32 tokens. */
 function bucketOf(tokens: number): number {
   return Math.ceil(Math.log2(Math.max(1, tokens)));
 }

@@ -1,0 +1,81 @@
+import ort from 'onnxruntime-node';
+import os from 'node:os';
+import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
+import { fmt, machine } from './lib.js';
+
+// Where one thread beats every core (runtime/session-choice.ts): a chat graph's
+// decode step at several batch sizes, and a 20-token prompt, on a session of one
+// intra-op thread and on one of every core (threads sleeping when idle, as the
+// daemon runs them), each batch size timed in turns on both in one process.
+// Usage: node dist/bench/step-threads.js --model DIR/model_q4.onnx [--batches 1,2,4,8,16] [--reps 8]
+
+const args = new Map<string, string>();
+for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
+const file = args.get('model');
+if (!file) throw new Error('--model: a slot-cache chat graph (a converted chat model folder\'s model*.onnx)');
+const batches = (args.get('batches') ?? '1,2,4,8,16').split(',').map(Number);
+const REPS = Number(args.get('reps') ?? 8);
+const PROMPT_TOKENS = 20;
+const DECODE_STEPS = 64;
+
+async function open(threads: number): Promise<ort.InferenceSession> {
+  return ort.InferenceSession.create(file!, {
+    graphOptimizationLevel: 'all',
+    intraOpNumThreads: threads,
+    interOpNumThreads: 1,
+    extra: { session: { intra_op: { allow_spinning: '0' } } },
+  });
+}
+
+/** One pass: a 20-token prompt for each of B rows, then 64 decode steps; answers the prompt step's and each decode step's ms. */
+async function pass(s: ort.InferenceSession, B: number): Promise<{ promptMs: number; stepMs: number[] }> {
+  const meta = s.inputMetadata.filter((m) => /^cache\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
+  if (!meta.length) throw new Error(`${file} is not a slot-cache chat graph`);
+  const sl = new KvSlots({ layers: meta.length, kvHeads: Number(meta[0]!.shape[1]), headDim: Number(meta[0]!.shape[3]), positionsMax: PROMPT_TOKENS + DECODE_STEPS + 1 });
+  const seqs = Array.from({ length: B }, (_, i) => i);
+  const run = async (n: number) => {
+    const st = slotStepFeeds(sl, seqs.map((seq) => ({ seq, tokens: Array.from({ length: n }, (_, j) => 5 + j) })));
+    slotStepDone(sl, st, await s.run(st.feeds));
+  };
+  let t = performance.now();
+  await run(PROMPT_TOKENS);
+  const promptMs = performance.now() - t;
+  const stepMs: number[] = [];
+  for (let i = 0; i < DECODE_STEPS; i++) {
+    t = performance.now();
+    await run(1);
+    stepMs.push(performance.now() - t);
+  }
+  return { promptMs, stepMs };
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+async function main() {
+  const cores = os.availableParallelism();
+  const one = await open(1);
+  const all = await open(cores);
+  console.log(`machine: ${machine()}\nmodel: ${file}\nmedian ms: one ${PROMPT_TOKENS}-token prompt per row, and a decode step, over ${REPS} passes of ${DECODE_STEPS} steps (the first pass of each not counted)`);
+  console.log(`| batch | prompt step, 1 thread | prompt step, ${cores} threads | decode step, 1 thread | decode step, ${cores} threads | faster decode |`);
+  console.log('| --- | --- | --- | --- | --- | --- |');
+  for (const B of batches) {
+    const r = { one: { p: [] as number[], s: [] as number[] }, all: { p: [] as number[], s: [] as number[] } };
+    for (let rep = 0; rep <= REPS; rep++) {
+      for (const [k, s] of [['one', one], ['all', all]] as const) {
+        const { promptMs, stepMs } = await pass(s, B);
+        if (rep === 0) continue;
+        r[k].p.push(promptMs);
+        r[k].s.push(...stepMs);
+      }
+    }
+    const [s1, sN] = [median(r.one.s), median(r.all.s)];
+    console.log(`| ${B} | ${fmt(median(r.one.p), 2)} | ${fmt(median(r.all.p), 2)} | ${fmt(s1, 3)} | ${fmt(sN, 3)} | ${s1 <= sN ? '1 thread' : `${cores} threads`} (${fmt(Math.max(s1, sN) / Math.min(s1, sN), 2)}x) |`);
+  }
+  await one.release();
+  await all.release();
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
