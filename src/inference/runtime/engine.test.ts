@@ -279,6 +279,11 @@ describe('engine with a one-thread session beside the every-core one', () => {
       const want = await Promise.all(many.map((p) => collect(greedy(p, 10))));
       const got = await Promise.all(many.map((p) => collect(both.generate(gen(), { promptTokens: p, maxTokens: 10, temperature: 0, topP: 1, stop: [] }))));
       expect(got.map((g) => g.ids)).toEqual(want.map((g) => g.ids));
+      // Both sessions ran passes, and the counter says so.
+      const passes = (await registries.inference.getSingleMetric('cloudgate_engine_forward_passes_total')!.get()).values.filter((v) => v.labels.model_name === gen());
+      const on = (threads: string) => passes.filter((v) => v.labels.threads === threads).reduce((n, v) => n + v.value, 0);
+      expect(on('one')).toBeGreaterThan(0);
+      expect(on('all')).toBeGreaterThan(0);
     } finally {
       await both.close();
     }

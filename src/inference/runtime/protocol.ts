@@ -27,6 +27,12 @@ export interface InitMsg {
   tokenTexts?: Array<string | null>;
 }
 
+/** Forward passes the worker has run since it started, by session: its every-core one, and its one-thread one (session-choice.ts). */
+export interface ModelPasses {
+  all: number;
+  one: number;
+}
+
 export interface Arch {
   layers: number;
   kvHeads: number;
@@ -93,9 +99,9 @@ export type WorkerEvent =
   /** Every WORKER_MEMORY_REPORT_MS: the worker's own V8 heap and the memory outside it that V8 knows of (tensors' buffers). */
   | { type: 'memory'; heapUsedBytes: number; externalBytes: number; kvBytes: number }
   /** tokens[b]: the token sampled for row b, -1 for rows without a sampler (their logits are the answer). */
-  | { type: 'step'; id: number; logits: Float32Array; tokens: Int32Array; kvBytes: number; logprobs?: Array<TokenLogprob | null> }
+  | { type: 'step'; id: number; logits: Float32Array; tokens: Int32Array; kvBytes: number; passes: ModelPasses; logprobs?: Array<TokenLogprob | null> }
   /** One step of a decode run: the token of each sequence that ran (logprobs[b]: row b's, when it asked). */
   | { type: 'tokens'; id: number; seqs: number[]; tokens: Int32Array; logprobs?: Array<TokenLogprob | null> }
-  | { type: 'decode-done'; id: number; kvBytes: number }
+  | { type: 'decode-done'; id: number; kvBytes: number; passes: ModelPasses }
   | { type: 'done'; id: number }
   | { type: 'error'; id: number; message: string };

@@ -5,7 +5,7 @@ import { Worker } from 'node:worker_threads';
 import { log } from '../../log.js';
 import type { TokenLogprob } from '../engine-api.js';
 import { engineMetrics as M } from './metrics.js';
-import type { Arch, InitMsg, WorkerEvent, WorkerCommand, StepRow } from './protocol.js';
+import type { Arch, InitMsg, ModelPasses, WorkerEvent, WorkerCommand, StepRow } from './protocol.js';
 
 /** A prompt step's answer: every row's last-position logits; sampled rows' tokens (-1 for the others) and logprobs when asked. */
 export interface StepResult {
@@ -59,6 +59,7 @@ export class Runner {
   }
 
   private async spawn(): Promise<Arch> {
+    this.passesSeen = { all: 0, one: 0 }; // a new worker counts from zero
     const worker = new Worker(workerPath());
     const init = this.init;
     const arch = await new Promise<Arch>((resolve, reject) => {
@@ -156,6 +157,7 @@ export class Runner {
   async step(rows: StepRow[]): Promise<StepResult> {
     const r = (await this.call({ type: 'step', id: this.nextId++, rows })) as Extract<WorkerEvent, { type: 'step' }>;
     this.kvBytes = r.kvBytes;
+    this.countPasses(r.passes);
     return { logits: r.logits, tokens: r.tokens, logprobs: r.logprobs };
   }
 
@@ -163,6 +165,7 @@ export class Runner {
   async join(rows: StepRow[]): Promise<StepResult> {
     const r = (await this.call({ type: 'join', id: this.nextId++, rows })) as Extract<WorkerEvent, { type: 'step' }>;
     this.kvBytes = r.kvBytes;
+    this.countPasses(r.passes);
     return { logits: r.logits, tokens: r.tokens, logprobs: r.logprobs };
   }
 
@@ -177,9 +180,18 @@ export class Runner {
     try {
       const r = (await this.call({ type: 'decode', id, seqs, stepsMax })) as Extract<WorkerEvent, { type: 'decode-done' }>;
       this.kvBytes = r.kvBytes;
+      this.countPasses(r.passes);
     } finally {
       this.onTokens.delete(id);
     }
+  }
+
+  /** The worker's pass counts since it started, as seen last: the counter takes the difference. */
+  private passesSeen: ModelPasses = { all: 0, one: 0 };
+  private countPasses(p: ModelPasses): void {
+    M.passes.inc({ model: this.modelId, threads: 'all' }, p.all - this.passesSeen.all);
+    M.passes.inc({ model: this.modelId, threads: 'one' }, p.one - this.passesSeen.one);
+    this.passesSeen = { ...p };
   }
 
   /** Ends the running decode after its current step. */

@@ -2,7 +2,7 @@ import os from 'node:os';
 import v8 from 'node:v8';
 import { parentPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
-import { endsGeneration, type Arch, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow } from './protocol.js';
+import { endsGeneration, type Arch, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow } from './protocol.js';
 import { KvStore, type Kv } from './kv.js';
 import { KvSlots, slotStepDone, slotStepFeeds } from './kv-slots.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
@@ -41,6 +41,8 @@ interface WorkerState {
   busy: boolean;
   /** Model work, one piece at a time in arrival order. */
   queue: Promise<void>;
+  /** Forward passes so far by session, reported with every step's answer and decode run's end (metrics). */
+  passes: ModelPasses;
 }
 // session, arch and store are set by init, the first message, before any other is handled.
 const w = {
@@ -54,6 +56,7 @@ const w = {
   inRun: false,
   busy: false,
   queue: Promise.resolve(),
+  passes: { all: 0, one: 0 },
 } as Partial<WorkerState> as WorkerState;
 
 function halfToFloat(h: number): number {
@@ -283,8 +286,13 @@ function afterStep(rows: StepRow[], kvs: Kv[], out: ort.InferenceSession.OnnxVal
 
 /** Runs the model graph on a step of `tokens` tokens (rows x new tokens), on whichever session is faster for that size. */
 async function runModel(feeds: Record<string, ort.Tensor>, tokens: number): Promise<ort.InferenceSession.OnnxValueMapType> {
-  if (!w.narrow || !w.choice) return w.session.run(feeds);
+  if (!w.narrow || !w.choice) {
+    w.passes.all++;
+    return w.session.run(feeds);
+  }
   const kind = w.choice.pick(tokens);
+  if (kind === 'narrow') w.passes.one++;
+  else w.passes.all++;
   const t0 = performance.now();
   const out = await (kind === 'narrow' ? w.narrow : w.session).run(feeds);
   w.choice.record(tokens, kind, performance.now() - t0);
@@ -358,6 +366,7 @@ async function branchStep(rows: StepRow[], root: Kv): Promise<Float32Array> {
   const kvs = rows.map((r) => w.store.get(r.seq)!);
   const inp = stepInputs(rows, kvs, root.len, true);
   Object.assign(inp.feeds, prefixFeeds(root));
+  w.passes.all++;
   return afterStep(rows, kvs, await w.branchSession!.run(inp.feeds), inp, root.len);
 }
 
@@ -506,7 +515,7 @@ function logprobsOf(seqs: number[]): Array<TokenLogprob | null> | undefined {
 /** A prompt step whose answer goes back as a `step` reply; the generations it starts are returned. */
 async function replyStep(id: number, rows: StepRow[]): Promise<number[]> {
   const { logits, tokens, logprobs } = await promptStep(rows);
-  port.postMessage({ type: 'step', id, logits, tokens, kvBytes: kvBytes(), logprobs } satisfies WorkerEvent, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
+  port.postMessage({ type: 'step', id, logits, tokens, kvBytes: kvBytes(), passes: w.passes, logprobs } satisfies WorkerEvent, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
   return rows.filter((r) => r.sampler).map((r) => r.seq);
 }
 
@@ -637,7 +646,7 @@ port.on('message', async (msg: WorkerCommand) => {
     case 'decode':
       return serial(msg, async () => {
         await decodeRun(msg.id, msg.seqs, msg.stepsMax);
-        port.postMessage({ type: 'decode-done', id: msg.id, kvBytes: kvBytes() } satisfies WorkerEvent);
+        port.postMessage({ type: 'decode-done', id: msg.id, kvBytes: kvBytes(), passes: w.passes } satisfies WorkerEvent);
       });
     case 'interrupt':
       w.interruptRequested = true;
