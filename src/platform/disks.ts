@@ -12,6 +12,7 @@ import { log } from '../log.js';
 import type { Providers } from './providers/index.js';
 import { refreshDocs } from './pod-record.js';
 import { podReads } from './pod-reads.js';
+import { reconcileSoon } from './reconciler.js';
 
 // Network disks (SPEC 2.4, 3.1, 4.3): created from a disk offer's storage pool,
 // billed from creation to termination, attachable to pods in their data center.
@@ -129,6 +130,7 @@ export async function createDisk(sql: Sql, userId: string, b: CreateDiskBody) {
       RETURNING *`;
     return d!;
   });
+  reconcileSoon(); // provisioning starts now, not at the reconciler's next look
   return diskRecord(row);
 }
 

@@ -9,6 +9,7 @@ import { normaliseSpec, podPrice, resolveCount } from './pricing.js';
 import type { CreatePodBody } from './protocol.js';
 import { membersAmong } from './teams.js';
 import { podReads } from './pod-reads.js';
+import { reconcileSoon } from './reconciler.js';
 import { type PodRow, docOf, mountPathFor, podRecord } from './pod-record.js';
 
 // Pods (SPEC 2.1, 3.2, 4.2): create validates the body against the offer,
@@ -266,5 +267,6 @@ export async function createPod(sql: Sql, userId: string, b: CreatePodBody) {
   });
   // Committed: this daemon's cached pod lists go now, so the caller reads its write (others on the NOTIFY).
   podReads.changed();
+  reconcileSoon(); // provisioning starts now, not at the reconciler's next look
   return podRecord(draft, 'create');
 }

@@ -9,11 +9,20 @@ import { refreshDocs } from './pod-record.js';
 // Drives providers: provisions pods and disks that were ordered, polls the ones
 // still changing, and applies what a poll reports (status, connection data,
 // disk attachment) together with the billing change, in one transaction per
-// change. Rows carry their next poll time, so an idle platform costs one
-// indexed query per tick; state lives in the database, so a restart resumes.
+// change. Rows carry their next poll time, and the reconciler sleeps until the
+// earliest of them (an order placed here wakes it at once), so an idle platform
+// costs a few queries a second; state lives in the database, so a restart resumes.
 
-/** How often due rows are looked for. Short enough that a scaled test offer is seen ready promptly. */
+/** Shortest sleep between two looks for due rows. Short enough that a scaled test offer is seen ready promptly. */
 const TICK_MS = 100;
+/**
+ * Longest sleep when no row is due sooner: the bound on how late an order placed through
+ * another replica, whose own reconciler died, is picked up here. Each look is a round trip
+ * to PostgreSQL on the HTTP thread, and on a 2-core machine each one held that thread for
+ * ~0.7 ms (the backend woken on its core): at a 100 ms tick, 20 of them a second delayed
+ * requests arriving meanwhile (bench/README.md "The reconciler's idle queries").
+ */
+const IDLE_TICK_MS_MAX = 1000;
 /** Rows handled per tick; the rest wait for the next one. */
 const BATCH_MAX = 200;
 /** A poll that fails is retried after this. */
@@ -53,10 +62,20 @@ const specOf = (p: DuePod): PodSpecForProvider => ({
   requestedAt: p.created_at,
 });
 
+/** The reconcilers started in this process, woken by reconcileSoon(). */
+const started = new Set<Reconciler>();
+
+/** An order was placed (a pod or a disk to provision): the reconcilers of this process look now, not at their next tick. */
+export function reconcileSoon(): void {
+  for (const r of started) r.wake();
+}
+
 export class Reconciler {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private stopped = false;
+  /** Woken while a tick ran: look again as soon as it ends. */
+  private again = false;
 
   constructor(
     private readonly sql: Sql,
@@ -64,30 +83,57 @@ export class Reconciler {
   ) {}
 
   start(): void {
-    const loop = () => {
-      if (this.stopped) return;
-      this.running = this.tick()
-        .catch((e) => log.error({ err: e }, 'reconciler tick failed'))
-        .finally(() => {
-          this.running = undefined;
-          if (!this.stopped) this.timer = setTimeout(loop, TICK_MS);
-        });
-    };
-    this.timer = setTimeout(loop, TICK_MS);
+    started.add(this);
+    this.schedule(TICK_MS);
+  }
+
+  private schedule(ms: number): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.run(), ms);
+  }
+
+  private run(): void {
+    if (this.stopped) return;
+    this.again = false;
+    let nextMs = TICK_MS;
+    this.running = this.tick()
+      .then((ms) => void (nextMs = ms))
+      .catch((e) => log.error({ err: e }, 'reconciler tick failed'))
+      .finally(() => {
+        this.running = undefined;
+        if (!this.stopped) this.schedule(this.again ? 0 : nextMs);
+      });
+  }
+
+  /** Looks for due rows now (or right after the look in progress). */
+  wake(): void {
+    if (this.stopped) return;
+    if (this.running) this.again = true;
+    else this.schedule(0);
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
+    started.delete(this);
+    clearTimeout(this.timer);
     await this.running;
   }
 
-  async tick(): Promise<void> {
-    await this.pods();
-    await this.disks();
+  /** Handles the due rows; answers how long to sleep before the next look. */
+  async tick(): Promise<number> {
+    const podsFull = await this.pods();
+    const disksFull = await this.disks();
+    if (podsFull || disksFull) return TICK_MS; // a full batch: more are due
+    const [row] = await this.sql<{ next: Date | null }[]>`
+      SELECT LEAST((SELECT min(next_poll_at) FROM pods WHERE needs_poll AND terminated_at IS NULL),
+                   (SELECT min(ready_at) FROM disks WHERE status = 'PROVISIONING')) AS next`;
+    const next = row?.next;
+    if (!next) return IDLE_TICK_MS_MAX;
+    return Math.min(IDLE_TICK_MS_MAX, Math.max(TICK_MS, next.getTime() - Date.now()));
   }
 
-  private async pods(): Promise<void> {
+  /** Polls the pods due; answers whether it took a full batch. */
+  private async pods(): Promise<boolean> {
     const due = await this.sql<DuePod[]>`
       SELECT p.id, p.provider_id, p.provider_ref, p.node_id, p.data_center_id, p.gpu_name, p.gpu_count, p.environment_type,
              p.vcpus, p.memory_gb, p.disk_gb, p.provisioning_minutes, p.created_at, p.status,
@@ -117,6 +163,7 @@ export class Reconciler {
         await this.sql`UPDATE pods SET next_poll_at = ${new Date(Date.now() + RETRY_MS)} WHERE id = ${p.id}`;
       }
     }
+    return due.length === BATCH_MAX;
   }
 
   /**
@@ -159,7 +206,8 @@ export class Reconciler {
     });
   }
 
-  private async disks(): Promise<void> {
+  /** Provisions and polls the disks due; answers whether it took a full batch. */
+  private async disks(): Promise<boolean> {
     const due = await this.sql<{ id: string; provider_id: string; provider_ref: string | null; data_center_id: string; size_gb: number; created_at: Date; wallet_id: string; price_hr_units: number }[]>`
       SELECT id, provider_id, provider_ref, data_center_id, size_gb, created_at, wallet_id, price_hr_units
       FROM disks WHERE status = 'PROVISIONING' AND ready_at <= clock_timestamp()
@@ -192,5 +240,6 @@ export class Reconciler {
         await this.sql`UPDATE disks SET ready_at = ${new Date(Date.now() + RETRY_MS)} WHERE id = ${d.id}`;
       }
     }
+    return due.length === BATCH_MAX;
   }
 }
