@@ -59,4 +59,15 @@ describe('SessionChoice', () => {
     });
     expect(c.chosen(2)).toBe('narrow');
   });
+
+  it('is not held on the slower session by a few slow runs at the start (a new shape, a cold cache)', () => {
+    const c = new SessionChoice();
+    let narrowRuns = 0;
+    const ran = drive(c, 1, 200, (k) => {
+      if (k === 'wide') return 2.4;
+      return ++narrowRuns <= 4 ? 12 : 1.6; // one thread's first runs are slow, then it is the faster
+    });
+    expect(c.chosen(1)).toBe('narrow');
+    expect(ran.narrow).toBeGreaterThan(150);
+  });
 });

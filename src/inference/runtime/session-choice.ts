@@ -20,8 +20,14 @@ export const NARROW_STEP_TOKENS_MAX = 32;
 const SAMPLES_TO_TRUST = 4;
 /** How often the slower session is tried again for a size, in steps of that size: an estimate must follow the load. */
 const RETRY_SLOWER_EVERY_STEPS = 64;
-/** Weight of the newest sample in a session's running mean step time. */
-const MEAN_WEIGHT = 0.2;
+/**
+ * A session's step time for a size is the fastest of its last this many runs. Runs are made
+ * slow, never fast, by what is not the session's own doing: a new input shape (onnxruntime
+ * plans its memory per shape), a pre-empted thread, a cold cache. A running mean carried such
+ * runs for hundreds of steps and held a size on the slower session (m25 int4's one stream ran
+ * on two threads at 2.4 ms a step when one thread took 1.6).
+ */
+const RECENT_RUNS = 8;
 /**
  * How much faster the other session must have become before a size changes sessions: the
  * daemon's steps share the cores with the HTTP thread, and without a margin two sessions
@@ -41,7 +47,12 @@ interface Bucket {
 interface Estimate {
   /** Runs seen, the uncounted first included. */
   runs: number;
-  meanMs: number;
+  /** The last RECENT_RUNS run times, oldest first. */
+  recent: number[];
+}
+
+function fastestMs(e: Estimate): number {
+  return Math.min(...e.recent);
 }
 
 /** Step sizes in buckets of powers of two: 1, 2, 3-4, 5-8, ... 17-32 tokens. */
@@ -54,16 +65,17 @@ export class SessionChoice {
 
   private of(bucket: number): Bucket {
     let e = this.est.get(bucket);
-    if (!e) this.est.set(bucket, (e = { narrow: { runs: 0, meanMs: 0 }, wide: { runs: 0, meanMs: 0 }, current: undefined, sinceRetry: 0 }));
+    if (!e) this.est.set(bucket, (e = { narrow: { runs: 0, recent: [] }, wide: { runs: 0, recent: [] }, current: undefined, sinceRetry: 0 }));
     return e;
   }
 
   /** The bucket's session now: once both are measured, the faster, changed only past the margin. */
   private current(e: Bucket): SessionKind | undefined {
     if (e.narrow.runs <= SAMPLES_TO_TRUST || e.wide.runs <= SAMPLES_TO_TRUST) return undefined;
-    const faster: SessionKind = e.narrow.meanMs <= e.wide.meanMs ? 'narrow' : 'wide';
+    const ms = { narrow: fastestMs(e.narrow), wide: fastestMs(e.wide) };
+    const faster: SessionKind = ms.narrow <= ms.wide ? 'narrow' : 'wide';
     const other: SessionKind = faster === 'narrow' ? 'wide' : 'narrow';
-    if (e.current === undefined || e[faster].meanMs < e[other].meanMs * (1 - SWITCH_MARGIN)) e.current = faster;
+    if (e.current === undefined || ms[faster] < ms[other] * (1 - SWITCH_MARGIN)) e.current = faster;
     return e.current;
   }
 
@@ -84,8 +96,9 @@ export class SessionChoice {
     if (tokens > NARROW_STEP_TOKENS_MAX) return;
     const s = this.of(bucketOf(tokens))[kind];
     s.runs++;
-    if (s.runs === 2) s.meanMs = ms;
-    else if (s.runs > 2) s.meanMs += MEAN_WEIGHT * (ms - s.meanMs);
+    if (s.runs === 1) return;
+    s.recent.push(ms);
+    if (s.recent.length > RECENT_RUNS) s.recent.shift();
   }
 
   /** The session steps of this size run on now (tests, logs): undefined while still measuring. */
