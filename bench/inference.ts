@@ -105,14 +105,8 @@ async function rawLoop(modelFile: string, B: number, prompt: number, steps: numb
   const narrowOn = !['0', 'false'].includes(process.env.ORT_NARROW_SESSION ?? '') && narrowSessionFor(modelFile, threads);
   const narrow = narrowOn ? await ort.InferenceSession.create(modelFile, options(1)) : undefined;
   const choice = new SessionChoice();
-  const runOn = async (feeds: Record<string, ort.Tensor>, tokens: number) => {
-    if (!narrow) return sess.run(feeds);
-    const kind = choice.pick(tokens);
-    const t0 = performance.now();
-    const out = await (kind === 'narrow' ? narrow : sess).run(feeds);
-    choice.record(tokens, kind, performance.now() - t0);
-    return out;
-  };
+  const runOn = async (feeds: Record<string, ort.Tensor>, tokens: number) =>
+    narrow ? (await choice.run(tokens, (k) => (k === 'narrow' ? narrow : sess).run(feeds))).out : sess.run(feeds);
   try {
     if (sess.inputNames.includes('cache_bias')) return await slotLoop(sess, runOn, B, prompt, steps, seconds);
     return await pastLoop(sess, runOn, B, prompt, steps, seconds);

@@ -225,6 +225,9 @@ export class KvSlots {
   }
 }
 
+/** The cache fed to a first prompt chunk, which reads none (one empty array, not one per layer and step). */
+const NO_POSITIONS = new Float32Array(0);
+
 /** Additive bias of hidden positions: the converter's MASK_VALUE (a test holds them equal), written here so the worker does not load the converter. */
 export const HIDDEN_BIAS = -1e9;
 
@@ -280,7 +283,7 @@ export function slotStepFeeds(sl: KvSlots, rows: ReadonlyArray<{ seq: number; to
     cache_bias: new ort.Tensor('float32', cacheBias, [B, 1, 1, C]),
     new_bias: new ort.Tensor('float32', newBias, [B, 1, S, S]),
   };
-  for (const [name, view] of Object.entries(sl.feeds(first, B))) feeds[name] = new ort.Tensor('float32', C ? view : new Float32Array(0), [B, sl.kvHeads, C, sl.headDim]);
+  for (const [name, view] of Object.entries(sl.feeds(first, B))) feeds[name] = new ort.Tensor('float32', C ? view : NO_POSITIONS, [B, sl.kvHeads, C, sl.headDim]);
   return { feeds, first, order, counts: order.map((row) => rows[row]!.tokens.length), S };
 }
 

@@ -6,6 +6,7 @@
 
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import type { Grammar } from '../grammar/grammar.js';
+import type { SessionKind } from './session-choice.js';
 
 export interface InitMsg {
   type: 'init';
@@ -27,11 +28,8 @@ export interface InitMsg {
   tokenTexts?: Array<string | null>;
 }
 
-/** Forward passes the worker has run since it started, by session: its every-core one, and its one-thread one (session-choice.ts). */
-export interface ModelPasses {
-  all: number;
-  one: number;
-}
+/** Forward passes the worker has run since it started, by session: its every-core one (wide) and its one-thread one (narrow). */
+export type ModelPasses = Record<SessionKind, number>;
 
 export interface Arch {
   layers: number;

@@ -101,6 +101,15 @@ export class SessionChoice {
     if (s.recent.length > RECENT_RUNS) s.recent.shift();
   }
 
+  /** Runs a step of `tokens` tokens on the session picked for its size (`on` runs it there) and counts its time. */
+  async run<T>(tokens: number, on: (kind: SessionKind) => Promise<T>): Promise<{ out: T; kind: SessionKind }> {
+    const kind = this.pick(tokens);
+    const t0 = performance.now();
+    const out = await on(kind);
+    this.record(tokens, kind, performance.now() - t0);
+    return { out, kind };
+  }
+
   /** The session steps of this size run on now (tests, logs): undefined while still measuring. */
   chosen(tokens: number): SessionKind | undefined {
     if (tokens > NARROW_STEP_TOKENS_MAX) return 'wide';

@@ -56,7 +56,7 @@ const w = {
   inRun: false,
   busy: false,
   queue: Promise.resolve(),
-  passes: { all: 0, one: 0 },
+  passes: { wide: 0, narrow: 0 },
 } as Partial<WorkerState> as WorkerState;
 
 function halfToFloat(h: number): number {
@@ -102,7 +102,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     provider = 'cpu';
     w.session = await ort.InferenceSession.create(msg.modelPath, { ...base, executionProviders: ['cpu'] });
   }
-  if (msg.narrowSession && provider === 'cpu') {
+  if (msg.narrowSession) {
     // Threads are per session: one thread here, every core in `session`. Only faster, so a failure leaves it out.
     try {
       w.narrow = await ort.InferenceSession.create(msg.modelPath, { ...base, intraOpNumThreads: 1, executionProviders: ['cpu'] });
@@ -286,16 +286,13 @@ function afterStep(rows: StepRow[], kvs: Kv[], out: ort.InferenceSession.OnnxVal
 
 /** Runs the model graph on a step of `tokens` tokens (rows x new tokens), on whichever session is faster for that size. */
 async function runModel(feeds: Record<string, ort.Tensor>, tokens: number): Promise<ort.InferenceSession.OnnxValueMapType> {
-  if (!w.narrow || !w.choice) {
-    w.passes.all++;
+  const narrow = w.narrow;
+  if (!narrow || !w.choice) {
+    w.passes.wide++;
     return w.session.run(feeds);
   }
-  const kind = w.choice.pick(tokens);
-  if (kind === 'narrow') w.passes.one++;
-  else w.passes.all++;
-  const t0 = performance.now();
-  const out = await (kind === 'narrow' ? w.narrow : w.session).run(feeds);
-  w.choice.record(tokens, kind, performance.now() - t0);
+  const { out, kind } = await w.choice.run(tokens, (k) => (k === 'narrow' ? narrow : w.session).run(feeds));
+  w.passes[kind]++;
   return out;
 }
 
@@ -366,7 +363,7 @@ async function branchStep(rows: StepRow[], root: Kv): Promise<Float32Array> {
   const kvs = rows.map((r) => w.store.get(r.seq)!);
   const inp = stepInputs(rows, kvs, root.len, true);
   Object.assign(inp.feeds, prefixFeeds(root));
-  w.passes.all++;
+  w.passes.wide++;
   return afterStep(rows, kvs, await w.branchSession!.run(inp.feeds), inp, root.len);
 }
 
