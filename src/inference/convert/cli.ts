@@ -4,12 +4,14 @@
 //        --vocab 8192 --seq-len 1024 --seed 1] [--tokenizer tok.bin] [--id ID] [--kind chat|evaluation] [options]
 // options: --context N --max-tokens-default N --max-tokens-cap N --price-in X --price-out X --owned-by S --created UNIX
 //          --weights f32|f16|int8|int4[,...]  (weight variants to write; the first is served, see models/README.md)
+//          --quant-block 16|32|64|128|256  (elements per block of int8 / int4; default 64 / 32)
 import fs from 'node:fs';
 import path from 'node:path';
 import { generateModel, convertLlama2c, type ModelMeta } from './convert.js';
 import type { GenerateParams } from './generate.js';
 import type { ModelKind } from './model-config.js';
 import { WEIGHT_FORMATS, type WeightFormat } from './onnx-linear.js';
+import { QUANT_BLOCK_SIZES } from './quantize.js';
 
 const USAGE = `usage:
   cli.js <checkpoint.bin> <tokenizer.bin> <out-dir> [--id ID] [--kind chat|evaluation]
@@ -18,7 +20,9 @@ const USAGE = `usage:
 common options: --context N --max-tokens-default N --max-tokens-cap N --price-in X --price-out X
                 --owned-by NAME --created UNIX_SECONDS
                 --weights f32|f16|int8|int4[,...]   weight variants (model.onnx, model_fp16.onnx, model_int8.onnx,
-                                                    model_q4.onnx); the first listed is the one served`;
+                                                    model_q4.onnx); the first listed is the one served
+                --quant-block 16|32|64|128|256      elements per block of the int8 / int4 weights (default
+                                                    64 for int8, 32 for int4: models/README.md)`;
 
 type Flags = Map<string, string>;
 
@@ -86,6 +90,12 @@ function meta(flags: Flags, outDir: string): ModelMeta {
     const list = weights.split(',').map((x) => x.trim());
     for (const w of list) if (!(WEIGHT_FORMATS as readonly string[]).includes(w)) throw new Error(`--weights: ${w} is not one of ${WEIGHT_FORMATS.join(', ')}`);
     m.weights = list as WeightFormat[];
+  }
+  const quantBlock = optNum(flags, 'quant-block');
+  if (quantBlock !== undefined) {
+    if (!(QUANT_BLOCK_SIZES as readonly number[]).includes(quantBlock)) throw new Error(`--quant-block: ${quantBlock} is not one of ${QUANT_BLOCK_SIZES.join(', ')}`);
+    if (!m.weights?.some((w) => w === 'int8' || w === 'int4')) throw new Error(`--quant-block ${quantBlock}: only int8 / int4 weights have blocks, and --weights names neither`);
+    m.quantBlock = quantBlock;
   }
   if (priceIn !== undefined || priceOut !== undefined) {
     m.prices = { inputPerMTok: priceIn ?? 0, outputPerMTok: priceOut ?? 0 };

@@ -29,6 +29,8 @@ export interface ModelMeta {
   chatTemplate?: string;
   /** weight variants to write (default f32 only); the first is the one cloudgate.json serves */
   weights?: WeightFormat[];
+  /** elements per block of the int8 / int4 variants (default QUANT_BLOCK_ELEMENTS by width) */
+  quantBlock?: number;
 }
 
 export function defaultPrices(kind: ModelKind): { inputPerMTok: number; outputPerMTok: number } {
@@ -75,7 +77,7 @@ export function buildModelDirContents(ck: LlamaCheckpoint, vocab: PieceVocab, me
     const dtype = FORMAT_DTYPE[weights];
     const dataFileName = `${dtype === 'fp32' ? 'model' : `model_${dtype}`}.onnx.data`;
     const external = estimateWeightBytes(ck) > EXTERNAL_DATA_THRESHOLD_BYTES;
-    const writeOpts = { weights, ...(external ? { externalDataFile: dataFileName } : {}) };
+    const writeOpts = { weights, quantBlock: meta.quantBlock, ...(external ? { externalDataFile: dataFileName } : {}) };
     // Chat models keep their cache in the worker's slots; evaluation models the past layout their branch graph and forks build on.
     const onnx = buildLlamaOnnx(ck, { ...writeOpts, kvLayout: meta.kind === 'chat' ? 'slots' : 'past' });
     // Evaluation models also get the shared-prefix graph for question branches, in every variant; it reads the same weights file.

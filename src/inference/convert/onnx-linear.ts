@@ -7,7 +7,8 @@ import { fp32ToFp16Bits, quantizeMatrix, QUANT_BLOCK_ELEMENTS, type QuantBits } 
  * The converter's `--weights`: f32 as trained; f16 halves the file (stored
  * half, widened to float32 once when the session loads, so it computes as f32:
  * onnxruntime's CPU MatMul has no fast fp16 path on x86); int8 and int4 are
- * MatMulNBits with llama.cpp's Q8_0 / Q4_0 values (see quantize.ts).
+ * MatMulNBits with llama.cpp's Q4_0 values and Q8_0's rounding over blocks
+ * of 64 (see quantize.ts).
  */
 export const WEIGHT_FORMATS = ['f32', 'f16', 'int8', 'int4'] as const;
 export type WeightFormat = (typeof WEIGHT_FORMATS)[number];
@@ -27,7 +28,7 @@ export interface LinearOptions {
   format: WeightFormat;
   /** overrides MATMUL_NBITS_ACCURACY_LEVEL (benchmarks) */
   accuracyLevel?: number;
-  /** overrides QUANT_BLOCK_ELEMENTS (benchmarks) */
+  /** overrides QUANT_BLOCK_ELEMENTS (the converter's --quant-block) */
   block?: number;
 }
 
@@ -35,7 +36,7 @@ export interface LinearOptions {
 export function linear(gb: GraphBuilder, x: string, name: string, w: Float32Array, K: number, N: number, opts: LinearOptions, output?: string): string {
   const bits = BITS[opts.format];
   if (bits) {
-    const q = quantizeMatrix(w, K, N, bits, opts.block ?? QUANT_BLOCK_ELEMENTS);
+    const q = quantizeMatrix(w, K, N, bits, opts.block ?? QUANT_BLOCK_ELEMENTS[bits]);
     const nBlocks = Math.ceil(K / q.block);
     gb.init(`${name}.qweight`, [N, nBlocks, (q.block * bits) / 8], q.packed, 'uint8');
     gb.init(`${name}.scales`, [N * nBlocks], q.scales);

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import * as ort from 'onnxruntime-node';
 import { GraphBuilder } from './onnx-graph.js';
 import { linear, type WeightFormat } from './onnx-linear.js';
-import { dequantizeMatrix, fp16BitsToFp32, fp32ToFp16Bits, quantizeMatrix } from './quantize.js';
+import { dequantizeMatrix, fp16BitsToFp32, fp32ToFp16Bits, quantizeMatrix, QUANT_BLOCK_ELEMENTS, QUANT_BLOCK_SIZES } from './quantize.js';
 import { mulberry32 } from '../runtime/sampler.js';
 
 function gaussian(n: number, seed: number, std: number): Float32Array {
@@ -27,10 +27,10 @@ function maxDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
 }
 
 /** One `linear` node run by onnxruntime: A [M, K] x W [K, N] in `format`. */
-async function runLinear(a: Float32Array, w: Float32Array, M: number, K: number, N: number, format: WeightFormat, accuracyLevel?: number): Promise<Float32Array> {
+async function runLinear(a: Float32Array, w: Float32Array, M: number, K: number, N: number, format: WeightFormat, accuracyLevel?: number, block?: number): Promise<Float32Array> {
   const gb = new GraphBuilder();
   const x = gb.input('x', 'float32', ['m', K]);
-  linear(gb, x, 'w', w, K, N, { format, accuracyLevel }, 'y');
+  linear(gb, x, 'w', w, K, N, { format, accuracyLevel, block }, 'y');
   gb.output('y', 'float32', ['m', N]);
   const { model } = gb.encode({ graphName: 't', opset: 17, producer: 'test' });
   const s = await ort.InferenceSession.create(model, { graphOptimizationLevel: 'all', intraOpNumThreads: 1 });
@@ -59,17 +59,30 @@ describe('block quantization (Q8_0 / Q4_0 values in the MatMulNBits layout)', ()
     const w = gaussian(K * N, 7, 0.05);
     for (const bits of [8, 4] as const) {
       const q = quantizeMatrix(w, K, N, bits);
+      expect(q.block).toBe(QUANT_BLOCK_ELEMENTS[bits]);
       const d = dequantizeMatrix(q);
-      const nb = Math.ceil(K / 32);
+      const nb = Math.ceil(K / q.block);
       for (let n = 0; n < N; n++) {
         for (let k = 0; k < K; k++) {
-          const s = q.scales[n * nb + Math.floor(k / 32)]!;
+          const s = q.scales[n * nb + Math.floor(k / q.block)]!;
           // half a step for rounding, plus the fp16 rounding of the scale times the largest level
           const bound = Math.abs(s) * (bits === 8 ? 0.5 + 128 * 2 ** -11 : 1 + 8 * 2 ** -11);
           expect(Math.abs(d[k * N + n]! - w[k * N + n]!)).toBeLessThanOrEqual(bound * 1.0001);
         }
       }
     }
+  });
+
+  it('int4 keeps Q4_0\'s block of 32; int8 takes blocks of 64; a block MLAS has no kernel for is refused', () => {
+    expect(QUANT_BLOCK_ELEMENTS).toEqual({ 4: 32, 8: 64 });
+    const w = gaussian(128 * 2, 3, 0.05);
+    // Q8_0's rounding over 64: one scale amax / 127 for the 64 weights
+    const q = quantizeMatrix(w, 128, 2, 8);
+    let amax = 0;
+    for (let k = 0; k < 64; k++) amax = Math.max(amax, Math.abs(w[k * 2]!));
+    expect(q.scales[0]).toBeCloseTo(amax / 127, 5);
+    expect(q.scales.length).toBe(4);
+    expect(() => quantizeMatrix(w, 128, 2, 8, 48)).toThrow(/block 48 must be one of 16, 32, 64, 128, 256/);
   });
 
   it('matches ggml Q4_0 on a known block: d = max / -8, the largest-magnitude weight exact', () => {
@@ -109,6 +122,15 @@ describe('MatMulNBits in onnxruntime', () => {
       expect(err).toBeGreaterThan(tol / 10); // it is really quantized
     });
   }
+
+  it('every block size the converter offers (--quant-block) is the op\'s packing too, K = 96 padded where the block is longer', async () => {
+    for (const block of QUANT_BLOCK_SIZES) {
+      for (const [format, bits] of [['int8', 8], ['int4', 4]] as const) {
+        const deq = matmul(a, dequantizeMatrix(quantizeMatrix(w, K, N, bits, block)), M, K, N);
+        expect(maxDiff(await runLinear(a, w, M, K, N, format, 0, block), deq) / scale, `${format} block ${block}`).toBeLessThan(1e-5);
+      }
+    }
+  });
 
   it('f16: the product of the fp16-rounded weights', async () => {
     const y = await runLinear(a, w, M, K, N, 'f16');

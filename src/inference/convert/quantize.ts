@@ -11,11 +11,27 @@
 //   scales      float [N * n_blocks]
 //   zero_points absent: 2^(bits-1), so w = (q - 2^(bits-1)) * scale  (symmetric, as Q8_0 / Q4_0)
 // A block past K is padded with zeros (stories260K's ffn_down has K = 172).
-
-/** Elements per block: llama.cpp's Q8_0 / Q4_0 block, the smallest MLAS's int8 kernels take. */
-export const QUANT_BLOCK_ELEMENTS = 32;
+// Blocks are QUANT_BLOCK_ELEMENTS long: Q4_0's 32 for int4, 64 for int8 (why: there).
 
 export type QuantBits = 4 | 8;
+
+/**
+ * Elements per block, by width (the converter's `--quant-block` overrides it).
+ * int4: 32, llama.cpp's Q4_0 block, so our int4 holds Q4_0's very values; 64
+ * would be ~10 % faster a decode step but loses quality on small models
+ * (stories260K: "Lily and Tom..." 0/40 greedy tokens equal to f32's instead of
+ * 5/40, the largest evaluation probability change 0.154 instead of 0.046).
+ * int8: 64, Q8_0's rounding over twice Q8_0's block. Our scales are float32
+ * where ggml's are fp16, so blocks of 64 store 8.5 bits a weight, exactly
+ * q8_0's; and onnxruntime's int8 kernel pays per block, so an m25 decode
+ * step at one stream takes ~20 % less (2.0 -> 1.6 ms) and m110's 5-10 %
+ * less, with stories260K's greedy tokens unchanged (40/40 on all three
+ * prompts) (bench/README.md, "Block size").
+ */
+export const QUANT_BLOCK_ELEMENTS: Readonly<Record<QuantBits, number>> = { 4: 32, 8: 64 };
+
+/** The block sizes MLAS's MatMulNBits kernels take. */
+export const QUANT_BLOCK_SIZES = [16, 32, 64, 128, 256] as const;
 
 export interface QuantizedMatrix {
   K: number;
@@ -78,9 +94,9 @@ const roundf = (x: number): number => (x < 0 ? -Math.round(-x) : Math.round(x));
  * round(x / d); Q4_0 d = max / -8 (max: the element of largest magnitude, sign
  * kept), q = min(15, trunc(x / d + 8.5)) - 8.
  */
-export function quantizeMatrix(w: Float32Array, K: number, N: number, bits: QuantBits, block = QUANT_BLOCK_ELEMENTS): QuantizedMatrix {
+export function quantizeMatrix(w: Float32Array, K: number, N: number, bits: QuantBits, block = QUANT_BLOCK_ELEMENTS[bits]): QuantizedMatrix {
   if (w.length !== K * N) throw new Error(`quantizeMatrix: ${w.length} values, expected ${K}x${N}`);
-  if (block < 16 || (block & (block - 1)) !== 0) throw new Error(`quantizeMatrix: block ${block} must be a power of two >= 16`);
+  if (!(QUANT_BLOCK_SIZES as readonly number[]).includes(block)) throw new Error(`quantizeMatrix: block ${block} must be one of ${QUANT_BLOCK_SIZES.join(', ')}`);
   const nBlocks = Math.ceil(K / block);
   const blob = (block * bits) / 8;
   const packed = new Uint8Array(N * nBlocks * blob);
