@@ -18,14 +18,14 @@ export type QuantBits = 4 | 8;
 /**
  * Elements per block, by width (the converter's `--quant-block` overrides it).
  * int4: 32, llama.cpp's Q4_0 block, so our int4 holds Q4_0's very values; 64
- * would be ~10 % faster a decode step but loses quality on small models
+ * would be ~16 % faster a decode step but loses quality on small models
  * (stories260K: "Lily and Tom..." 0/40 greedy tokens equal to f32's instead of
  * 5/40, the largest evaluation probability change 0.154 instead of 0.046).
  * int8: 64, Q8_0's rounding over twice Q8_0's block. Our scales are float32
  * where ggml's are fp16, so blocks of 64 store 8.5 bits a weight, exactly
- * q8_0's; and onnxruntime's int8 kernel pays per block, so an m25 decode
- * step at one stream takes ~20 % less (2.0 -> 1.6 ms) and m110's 5-10 %
- * less, with stories260K's greedy tokens unchanged (40/40 on all three
+ * q8_0's; and onnxruntime's int8 kernel pays per block, so a decode step at
+ * one stream takes 17-23 % less (m25 2.18 -> 1.80 ms, m110 7.08 -> 5.44 ms on
+ * one thread), with stories260K's greedy tokens unchanged (40/40 on all three
  * prompts) (bench/README.md, "Block size").
  */
 export const QUANT_BLOCK_ELEMENTS: Readonly<Record<QuantBits, number>> = { 4: 32, 8: 64 };
