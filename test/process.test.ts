@@ -32,6 +32,8 @@ describe('process', () => {
       env: { ...process.env, PORT: '0', INFERENCE_PORT: '0', HOST: '127.0.0.1', DATA_DIR: dir, ADMIN_API_KEY: 'admin-0123456789abcdef0123', LOG_LEVEL: 'info' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
+    // 'close': npm has exited and its output pipes are read to the end.
+    const closed = new Promise<void>((r) => npm.once('close', () => r()));
     let out = '';
     npm.stdout!.on('data', (d) => (out += d));
     npm.stderr!.on('data', () => undefined);
@@ -54,6 +56,11 @@ describe('process', () => {
     }
     if (!gone) process.kill(pid, 'SIGKILL');
     expect(gone).toBe(true);
+    // The daemon's last lines may still be in the pipe when its pid is gone: read to npm's end.
+    let t: NodeJS.Timeout | undefined;
+    const ended = await Promise.race([closed.then(() => true), new Promise<boolean>((r) => (t = setTimeout(() => r(false), DOCKER_STOP_BUDGET_MS)))]);
+    clearTimeout(t);
+    expect(ended).toBe(true);
     expect(out).toContain('"msg":"stopped"');
     fs.rmSync(dir, { recursive: true, force: true });
   }, 90_000);
