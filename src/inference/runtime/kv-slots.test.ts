@@ -65,7 +65,7 @@ describe('slot-cache graph and KvSlots', () => {
       await step([1, 3, 4, 5].map((seq) => ({ seq, tokens: tok(1, seq + 3) })));
       expect(maxErr).toBeLessThan(TOL);
       for (const seq of [1, 3, 4, 5]) sl.delete(seq);
-      // Empty, the buffers stay until released; a cache grown past what is kept starts fresh for the next sequence.
+      // Empty, the buffers stay until released; a cache grown past what is kept starts smaller for a short next sequence.
       expect(sl.live).toBe(0);
       expect(sl.bytes).toBeGreaterThan(0);
       sl.open(6);
@@ -73,6 +73,7 @@ describe('slot-cache graph and KvSlots', () => {
       expect(sl.cap).toBeGreaterThan(128);
       sl.delete(6);
       sl.open(7);
+      sl.reserve(10);
       expect(sl.cap).toBe(64);
       expect(sl.release()).toBe(false);
       sl.delete(7);
@@ -121,6 +122,32 @@ describe('slot-cache graph and KvSlots', () => {
     expect(sl.cap).toBe(112); // 64 -> 80 -> 112: a quarter more each time, in multiples of 16
     expect(sl.len(2)).toBe(0);
     expect(sl.feeds(0, 1)['cache.0.key']!.buffer).toBe(views['cache.0.key']!.buffer);
+  });
+
+  it('keeps a grown cache for a next sequence as long, and rebuilds it smaller for a short one, never under a sequence with content', () => {
+    const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 2000 });
+    sl.open(1);
+    sl.reserve(513);
+    const cap = sl.cap;
+    const buf = sl.feeds(0, 1)['cache.0.key']!.buffer;
+    sl.delete(1);
+    // The next 512-token prompt: no new buffers (they cost a lone long prompt ~10 ms at m25).
+    sl.open(2);
+    sl.reserve(512);
+    expect(sl.cap).toBe(cap);
+    expect(sl.feeds(0, 1)['cache.0.key']!.buffer).toBe(buf);
+    // A second, short sequence beside one with content: the capacity stays (its keys are in it).
+    sl.write(0, [1], 1, [new Float32Array(4)], [new Float32Array(4)]);
+    sl.open(3);
+    sl.reserve(5);
+    expect(sl.cap).toBe(cap);
+    sl.delete(2);
+    sl.delete(3);
+    // Empty again, and the next step needs 100 positions: more than 2x that is rebuilt, in SLOTS_MIN slots.
+    sl.open(4);
+    sl.reserve(100);
+    expect(sl.cap).toBe(112);
+    expect(sl.bytes).toBe(2 * 4 * 112 * 4 * 4);
   });
 
   it('grows the capacity by a quarter, in multiples of 16 positions', () => {

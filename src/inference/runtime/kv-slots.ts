@@ -28,13 +28,16 @@ const SLOT_CAPACITY_ALIGN_POSITIONS = 16;
 /** Slots a fresh cache starts with; doubled when more sequences are live. */
 const SLOTS_MIN = 4;
 /**
- * Largest capacity an empty cache keeps for its next sequence. Buffers stay when the last
- * sequence leaves (the worker frees them after a while idle): allocating and zeroing them
- * again cost each lone request 1-1.6 ms before its prefill (m25, bench/README.md). But
- * attention reads the whole capacity, so a cache grown by a long sequence is not kept for
- * the short ones after it: at 128 positions a short row reads at most 2x what a fresh
- * cache would give it.
+ * Buffers stay when the last sequence leaves (the worker frees them after a while idle):
+ * allocating them again cost each lone request 1-1.6 ms before its prefill at m25's short
+ * prompts, and ~10 ms at a 512-token one (bench/README.md). But attention reads the whole
+ * capacity, so sequences that start in an emptied cache keep it only while it is at most
+ * this many times what their first step needs (or at most KEPT_CAPACITY_MAX_POSITIONS): a
+ * cache grown by a long sequence is rebuilt smaller for the short ones after it, and kept
+ * for the next long one.
  */
+const KEPT_CAPACITY_OVER_NEED_MAX = 2;
+/** Capacity an emptied cache keeps whatever the next sequences need: a short row then reads at most 2x what a fresh cache would give it. */
 const KEPT_CAPACITY_MAX_POSITIONS = 2 * SLOT_CAPACITY_MIN_POSITIONS;
 
 export class KvSlots {
@@ -86,7 +89,6 @@ export class KvSlots {
   /** Gives `seq` the next free slot (an empty cache). */
   open(seq: number): void {
     if (this.slotOf.has(seq)) return;
-    if (!this.seqAt.length && this.cap > KEPT_CAPACITY_MAX_POSITIONS) this.release();
     const slot = this.seqAt.length;
     if (slot >= this.slotsCap) this.resize(Math.max(SLOTS_MIN, this.slotsCap * 2), Math.max(this.cap, SLOT_CAPACITY_MIN_POSITIONS));
     this.seqAt.push(seq);
@@ -113,13 +115,27 @@ export class KvSlots {
     return true;
   }
 
-  /** Makes room for `positions` in every slot. */
+  /**
+   * Makes room for `positions` in every slot; where every live sequence is still empty
+   * and the capacity is far more than that, new smaller buffers (see KEPT_CAPACITY_OVER_NEED_MAX).
+   */
   reserve(positions: number): void {
     if (positions > this.layout.positionsMax) throw new Error(`a sequence of ${positions} positions passes the model's ${this.layout.positionsMax}`);
+    const kept = Math.max(KEPT_CAPACITY_MAX_POSITIONS, KEPT_CAPACITY_OVER_NEED_MAX * positions);
+    if (this.cap > kept && this.lenAt.every((len) => len === 0)) {
+      let slots = SLOTS_MIN;
+      while (slots < this.seqAt.length) slots *= 2;
+      this.resize(slots, this.capacityFor(positions, SLOT_CAPACITY_MIN_POSITIONS));
+      return;
+    }
     if (positions <= this.cap) return;
-    let cap = Math.max(this.cap, SLOT_CAPACITY_MIN_POSITIONS);
+    this.resize(this.slotsCap, this.capacityFor(positions, Math.max(this.cap, SLOT_CAPACITY_MIN_POSITIONS)));
+  }
+
+  private capacityFor(positions: number, from: number): number {
+    let cap = from;
     while (cap < positions) cap = Math.ceil((cap * SLOT_CAPACITY_GROWTH) / SLOT_CAPACITY_ALIGN_POSITIONS) * SLOT_CAPACITY_ALIGN_POSITIONS;
-    this.resize(this.slotsCap, Math.min(cap, this.layout.positionsMax));
+    return Math.min(cap, this.layout.positionsMax);
   }
 
   /**
