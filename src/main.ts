@@ -1,5 +1,5 @@
 import { loadConfig, ConfigError } from './config.js';
-import { startDaemon, type Module } from './app.js';
+import { startDaemon, type Daemon, type Module } from './app.js';
 import { loadUws, NativeUwsMissing } from './http/uws.js';
 import { log } from './log.js';
 import { isConnectionError } from './db/bounded.js';
@@ -22,24 +22,34 @@ async function main(): Promise<void> {
     }
     throw e;
   }
-  const daemon = await startDaemon(config, modules);
+  // The handlers come first: a signal while the daemon starts (an orchestrator stopping a pod that
+  // is still loading, or one that reads "listening" and stops it at once) would otherwise take
+  // the default action and kill the process with no shutdown, leaving an embedded PostgreSQL
+  // server orphaned. Such a signal waits for the start, then shuts down.
+  let daemon: Daemon | undefined;
   let signals = 0;
-  const stop = (signal: string) => {
-    if (++signals > 1) {
-      log.warn({ signal }, 'second signal: exiting now');
-      process.exit(1);
-    }
-    log.info({ signal }, 'shutting down');
-    daemon.shutdown().then(
+  let signalled = false;
+  const shutDown = (d: Daemon) =>
+    d.shutdown().then(
       () => process.exit(0),
       (e) => {
         log.error({ err: e }, 'shutdown failed');
         process.exit(1);
       },
     );
+  const stop = (signal: string) => {
+    if (++signals > 1) {
+      log.warn({ signal }, 'second signal: exiting now');
+      process.exit(1);
+    }
+    log.info({ signal, starting: !daemon || undefined }, 'shutting down');
+    signalled = true;
+    if (daemon) void shutDown(daemon);
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
+  daemon = await startDaemon(config, modules);
+  if (signalled) void shutDown(daemon);
 }
 
 // postgres.js rejects promises nothing waits on when the server goes away mid-call (a

@@ -65,6 +65,38 @@ describe('process', () => {
     fs.rmSync(dir, { recursive: true, force: true });
   }, 90_000);
 
+  it('SIGTERM while it starts (PostgreSQL up, models not yet loaded) waits for the start, then shuts down cleanly', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-early-'));
+    const proc = spawn(process.execPath, [path.join(repoRoot, 'dist/src/main.js')], {
+      cwd: repoRoot,
+      env: { ...process.env, PORT: '0', INFERENCE_PORT: '0', HOST: '127.0.0.1', DATA_DIR: dir, ADMIN_API_KEY: 'admin-0123456789abcdef0123', LOG_LEVEL: 'info', DATABASE_URL: '' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const closed = new Promise<number | null>((r) => proc.once('close', (code) => r(code)));
+    let out = '';
+    let sent = false;
+    proc.stdout!.on('data', (d) => {
+      out += d;
+      // Before "listening": the signal used to take the default action and leave PostgreSQL running.
+      if (!sent && out.includes('"msg":"embedded postgres ready"')) {
+        sent = true;
+        proc.kill('SIGTERM');
+      }
+    });
+    proc.stderr!.on('data', () => undefined);
+    let t: NodeJS.Timeout | undefined;
+    const code = await Promise.race([closed, new Promise<'timeout'>((r) => (t = setTimeout(() => r('timeout'), 60_000)))]);
+    clearTimeout(t);
+    if (code === 'timeout') proc.kill('SIGKILL');
+    expect(sent).toBe(true);
+    expect(code).toBe(0);
+    expect(out).toContain('"starting":true');
+    expect(out).toContain('"msg":"stopped"');
+    // The embedded server was stopped too: its lock file is gone with it.
+    expect(fs.existsSync(path.join(dir, 'pg', 'postmaster.pid'))).toBe(false);
+    fs.rmSync(dir, { recursive: true, force: true });
+  }, 90_000);
+
   it('SIGTERM with a request in flight exits 0 within Docker\'s 10 s (grace 4 s, then the flush and the database stop)', async () => {
     const d = await startDaemon({ CHARGE_FLUSH_INTERVAL_MS: '600000' });
     const h = { authorization: `Bearer ${d.adminKey}`, 'content-type': 'application/json' };
