@@ -181,6 +181,8 @@ describe('meter loop (own database)', () => {
 
 describe('metering a live pod (shared daemon, METER_INTERVAL_MS=250)', () => {
   const INTERVAL_MS = 250;
+  /** How late a tick may run on a loaded CI machine before the test calls the meter slow. */
+  const TICK_LATE_SLACK_MS = 1_000;
   let shared: Sql;
   beforeAll(() => {
     shared = openDb(2);
@@ -206,12 +208,23 @@ describe('metering a live pod (shared daemon, METER_INTERVAL_MS=250)', () => {
       const [m] = await shared<{ charged_units: number }[]>`SELECT charged_units FROM meters WHERE resource_id = ${pod.id} AND state = 'PROVISIONING'`;
       return m!.charged_units;
     };
-    const before = Date.now();
-    const charged = (await chargedFor(shared, pod.id)) - (await provisioningCharge());
-    const after = Date.now();
-    // Charged up to the last tick: at most T, at least T minus one interval (and a little scheduling slack).
-    expect(charged).toBeLessThanOrEqual(target(rate, after - startedAt));
-    expect(charged).toBeGreaterThanOrEqual(target(rate, before - startedAt - INTERVAL_MS - 150));
+    const meteredUntil = async () => {
+      const [m] = await shared<{ metered_until: Date }[]>`SELECT metered_until FROM meters WHERE resource_id = ${pod.id} AND state = 'ACTIVE'`;
+      return m!.metered_until.getTime();
+    };
+    // Charged exactly P x T / 3600 up to the last tick (read between two equal looks at it, so no tick fell in between)...
+    let through = 0;
+    let charged = -1;
+    for (let i = 0; i < 10 && !through; i++) {
+      const a = await meteredUntil();
+      charged = (await chargedFor(shared, pod.id)) - (await provisioningCharge());
+      if ((await meteredUntil()) === a) through = a;
+    }
+    expect(through).toBeGreaterThan(startedAt);
+    expect(charged).toBe(target(rate, through - startedAt));
+    // ... and that tick is at most one interval old, give or take the scheduling of a 2-core machine
+    // running the suite's files side by side (a tick once came ~500 ms late there).
+    expect(Date.now() - through).toBeLessThanOrEqual(INTERVAL_MS + TICK_LATE_SLACK_MS);
     const del = await call('platform', 'DELETE', `/api/v1/pods/${pod.id}`, { key: u.key });
     expect(del.status).toBe(200);
     // Settled at the deletion: the ledger holds exactly each meter's rate over its span.
