@@ -28,7 +28,6 @@ async function main(): Promise<void> {
   // server orphaned. Such a signal waits for the start, then shuts down.
   let daemon: Daemon | undefined;
   let signals = 0;
-  let signalled = false;
   const shutDown = (d: Daemon) =>
     d.shutdown().then(
       () => process.exit(0),
@@ -43,13 +42,12 @@ async function main(): Promise<void> {
       process.exit(1);
     }
     log.info({ signal, starting: !daemon || undefined }, 'shutting down');
-    signalled = true;
     if (daemon) void shutDown(daemon);
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
   daemon = await startDaemon(config, modules);
-  if (signalled) void shutDown(daemon);
+  if (signals) void shutDown(daemon);
 }
 
 // postgres.js rejects promises nothing waits on when the server goes away mid-call (a

@@ -10,8 +10,8 @@ import path from 'node:path';
 import { generateModel, convertLlama2c, type ModelMeta } from './convert.js';
 import type { GenerateParams } from './generate.js';
 import type { ModelKind } from './model-config.js';
-import { WEIGHT_FORMATS, type WeightFormat } from './onnx-linear.js';
-import { QUANT_BLOCK_SIZES } from './quantize.js';
+import { isQuantized, WEIGHT_FORMATS, type WeightFormat } from './onnx-linear.js';
+import { isQuantBlock, QUANT_BLOCK_SIZES } from './quantize.js';
 
 const USAGE = `usage:
   cli.js <checkpoint.bin> <tokenizer.bin> <out-dir> [--id ID] [--kind chat|evaluation]
@@ -93,8 +93,8 @@ function meta(flags: Flags, outDir: string): ModelMeta {
   }
   const quantBlock = optNum(flags, 'quant-block');
   if (quantBlock !== undefined) {
-    if (!(QUANT_BLOCK_SIZES as readonly number[]).includes(quantBlock)) throw new Error(`--quant-block: ${quantBlock} is not one of ${QUANT_BLOCK_SIZES.join(', ')}`);
-    if (!m.weights?.some((w) => w === 'int8' || w === 'int4')) throw new Error(`--quant-block ${quantBlock}: only int8 / int4 weights have blocks, and --weights names neither`);
+    if (!isQuantBlock(quantBlock)) throw new Error(`--quant-block: ${quantBlock} is not one of ${QUANT_BLOCK_SIZES.join(', ')}`);
+    if (!m.weights?.some(isQuantized)) throw new Error(`--quant-block ${quantBlock}: only int8 / int4 weights have blocks, and --weights names neither`);
     m.quantBlock = quantBlock;
   }
   if (priceIn !== undefined || priceOut !== undefined) {

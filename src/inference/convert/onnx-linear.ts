@@ -15,6 +15,9 @@ export type WeightFormat = (typeof WEIGHT_FORMATS)[number];
 
 const BITS: Partial<Record<WeightFormat, QuantBits>> = { int8: 8, int4: 4 };
 
+/** Whether a format's matrices are block-quantized (MatMulNBits), so a block size applies to it. */
+export const isQuantized = (format: WeightFormat): boolean => BITS[format] !== undefined;
+
 /**
  * MatMulNBits `accuracy_level`: 4 quantizes the activations to int8 per
  * block and runs int8 dot products (AVX-512 VNNI / AVX-VNNI here), as

@@ -33,6 +33,10 @@ export const QUANT_BLOCK_ELEMENTS: Readonly<Record<QuantBits, number>> = { 4: 32
 /** The block sizes MLAS's MatMulNBits kernels take. */
 export const QUANT_BLOCK_SIZES = [16, 32, 64, 128, 256] as const;
 
+export function isQuantBlock(block: number): boolean {
+  return (QUANT_BLOCK_SIZES as readonly number[]).includes(block);
+}
+
 export interface QuantizedMatrix {
   K: number;
   N: number;
@@ -96,7 +100,7 @@ const roundf = (x: number): number => (x < 0 ? -Math.round(-x) : Math.round(x));
  */
 export function quantizeMatrix(w: Float32Array, K: number, N: number, bits: QuantBits, block = QUANT_BLOCK_ELEMENTS[bits]): QuantizedMatrix {
   if (w.length !== K * N) throw new Error(`quantizeMatrix: ${w.length} values, expected ${K}x${N}`);
-  if (!(QUANT_BLOCK_SIZES as readonly number[]).includes(block)) throw new Error(`quantizeMatrix: block ${block} must be one of ${QUANT_BLOCK_SIZES.join(', ')}`);
+  if (!isQuantBlock(block)) throw new Error(`quantizeMatrix: block ${block} must be one of ${QUANT_BLOCK_SIZES.join(', ')}`);
   const nBlocks = Math.ceil(K / block);
   const blob = (block * bits) / 8;
   const packed = new Uint8Array(N * nBlocks * blob);
