@@ -15,7 +15,10 @@ export type Tx = postgres.TransactionSql<{ bigint: number }>;
  */
 export function connect(url: string, max: number): Sql {
   const pool = rawConnect(url, max);
-  const probe = rawConnect(url, 1);
+  // The probe runs only `SELECT 1`, so it skips postgres.js's array-type fetch on
+  // connect: that fetch is a promise nothing awaits, and a probe closed while it runs
+  // (a pool ended within ~250 ms of the probe's first connection) rejected it unhandled.
+  const probe = rawConnect(url, 1, { fetch_types: false });
   const live = new Liveness(() => probe`SELECT 1`);
   const end = pool.end.bind(pool);
   // Closing the pool closes its probe too.
@@ -27,8 +30,9 @@ export function connect(url: string, max: number): Sql {
   return bounded(pool, undefined, live);
 }
 
-function rawConnect(url: string, max: number): Sql {
+function rawConnect(url: string, max: number, extra: { fetch_types?: boolean } = {}): Sql {
   return postgres(url, {
+    ...extra,
     max,
     onnotice: () => {},
     idle_timeout: 60,
