@@ -1,9 +1,8 @@
 import fs from 'node:fs';
-import http from 'node:http';
 import path from 'node:path';
 import ort from 'onnxruntime-node';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchKey, fmt, machine } from './lib.js';
+import { benchKey, chatStream, fmt, machine } from './lib.js';
 import { MODEL_DTYPES, modelFileOf, type ModelDtype } from '../src/inference/convert/model-config.js';
 import { narrowSessionFor, pickVariant, threadsFor } from '../src/inference/runtime/engine.js';
 import { SessionChoice } from '../src/inference/runtime/session-choice.js';
@@ -37,53 +36,10 @@ const ttftAt = args.get('ttft') ?? 'first-text';
 if (ttftAt !== 'first-text' && ttftAt !== 'first-token') throw new Error('--ttft: first-text or first-token');
 const firstToken = ttftAt === 'first-token';
 
+const streamOpts = { model, maxTokens, firstToken, extra: responseFormat ? { response_format: responseFormat } : {} };
+const oneStream = (url: string, key: string, prompt: string) => chatStream(url, key, prompt, streamOpts);
+
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * p))] ?? NaN;
-
-// The client is node:http with light parsing: on this 2-core machine the
-// client shares the CPU with the daemon, and fetch's stream machinery cost
-// enough per event to take a visible share of it from the engine.
-const agent = new http.Agent({ keepAlive: true, maxSockets: 1024 });
-
-function oneStream(url: string, key: string, prompt: string): Promise<{ ttft: number; tokens: number; promptTokens: number }> {
-  const t0 = performance.now();
-  const body = JSON.stringify({ model, messages: [{ role: 'user', content: prompt }], max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true }, response_format: responseFormat, ...(firstToken ? { logprobs: true } : {}) });
-  const u = new URL(url);
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      { host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
-      (res) => {
-        if (res.statusCode !== 200) {
-          res.resume();
-          return reject(new Error(`stream answered ${res.statusCode}`));
-        }
-        let ttft = NaN;
-        let tokens = 0;
-        let promptTokens = 0;
-        let buf = '';
-        res.setEncoding('utf8');
-        res.on('data', (text: string) => {
-          buf += text;
-          let i;
-          while ((i = buf.indexOf('\n\n')) >= 0) {
-            const ev = buf.slice(0, i);
-            buf = buf.slice(i + 2);
-            const seen = firstToken ? ev.includes('"logprobs":{"content":[{') : ev.includes('"content":"') && !ev.includes('"content":""');
-            if (Number.isNaN(ttft) && seen) ttft = performance.now() - t0;
-            if (ev.includes('"usage":{')) {
-              const usage = JSON.parse(ev.slice(6)).usage;
-              tokens = usage.completion_tokens;
-              promptTokens = usage.prompt_tokens;
-            }
-          }
-        });
-        res.on('end', () => resolve({ ttft, tokens, promptTokens }));
-        res.on('error', reject);
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
 
 /**
  * The baseline: the same ONNX file in a plain loop on this thread, batch B,

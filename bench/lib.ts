@@ -1,10 +1,12 @@
 import fs from 'node:fs';
 import { spawn, type ChildProcess } from 'node:child_process';
+import http from 'node:http';
 import os from 'node:os';
 import autocannon, { type Options } from 'autocannon';
 
 // Shared pieces of the HTTP benchmarks: a load run, a sweep for the highest
-// rate under a p99 bound, a bare uWS server in its own process, machine facts.
+// rate under a p99 bound, a bare uWS server in its own process, machine facts,
+// the streaming chat client.
 
 export interface Load {
   connections: number;
@@ -123,4 +125,60 @@ export async function benchKey(d: { platformUrl: string; adminKey: string }, per
   const k = await post('/api/admin/api-keys', { userId: u.data.id, permissions, rateLimits });
   if (fundUnits > 0) await post('/api/admin/transactions/topup', { userId: u.data.id, amount: fundUnits, type: 'TOPUP', description: 'bench' });
   return k.data.key as string;
+}
+
+// The chat client of the benchmarks: node:http with light parsing. On this 2-core machine
+// the client shares the CPU with the daemon, and fetch's stream machinery cost enough per
+// event to take a visible share of it from the engine.
+const chatAgent = new http.Agent({ keepAlive: true, maxSockets: 1024 });
+
+export interface ChatStreamOptions {
+  model: string;
+  maxTokens: number;
+  /** TTFT at the first token (logprobs asked, so each token has its own chunk), else at the first text. */
+  firstToken: boolean;
+  /** More request fields (response_format, ...). */
+  extra?: Record<string, unknown>;
+}
+
+/** One streamed greedy chat completion: its time to first token (or text) and its token counts. */
+export function chatStream(url: string, key: string, prompt: string, o: ChatStreamOptions): Promise<{ ttft: number; tokens: number; promptTokens: number }> {
+  const t0 = performance.now();
+  const body = JSON.stringify({ model: o.model, messages: [{ role: 'user', content: prompt }], max_tokens: o.maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true }, ...o.extra, ...(o.firstToken ? { logprobs: true } : {}) });
+  const u = new URL(url);
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      { host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent: chatAgent, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
+      (res) => {
+        if (res.statusCode !== 200) {
+          res.resume();
+          return reject(new Error(`stream answered ${res.statusCode}`));
+        }
+        let ttft = NaN;
+        let tokens = 0;
+        let promptTokens = 0;
+        let buf = '';
+        res.setEncoding('utf8');
+        res.on('data', (text: string) => {
+          buf += text;
+          let i;
+          while ((i = buf.indexOf('\n\n')) >= 0) {
+            const ev = buf.slice(0, i);
+            buf = buf.slice(i + 2);
+            const seen = o.firstToken ? ev.includes('"logprobs":{"content":[{') : ev.includes('"content":"') && !ev.includes('"content":""');
+            if (Number.isNaN(ttft) && seen) ttft = performance.now() - t0;
+            if (ev.includes('"usage":{')) {
+              const usage = JSON.parse(ev.slice(6)).usage;
+              tokens = usage.completion_tokens;
+              promptTokens = usage.prompt_tokens;
+            }
+          }
+        });
+        res.on('end', () => resolve({ ttft, tokens, promptTokens }));
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
 }

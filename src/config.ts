@@ -2,6 +2,7 @@ import path from 'node:path';
 import { z } from 'zod';
 import { parseCorsOrigins } from './http/cors.js';
 import { MODEL_DTYPES } from './inference/convert/model-config.js';
+import { TOKENS_POST_INTERVAL_MS } from './inference/runtime/token-posts.js';
 import { LOG_FORMATS } from './log.js';
 
 // Every setting of the daemon, read from the environment once at start and
@@ -92,6 +93,11 @@ const envSchema = z.object({
   // on one thread and 2.03 ms on two (a wake-up per operator). The cost is a second copy of
   // the weights (runtime/session-choice.ts, bench/README.md "One thread for narrow steps").
   ORT_NARROW_SESSION: bool.default(true),
+  // A decode run's tokens are posted to the HTTP thread at most this often when its steps are
+  // faster (a few steps a post; a sequence's first tokens and its end go at once): each post
+  // wakes that thread, ~0.1 ms of a 1.6 ms step at one stream of m25 int4. 0 posts every
+  // step (runtime/token-posts.ts, bench/README.md "Token posts").
+  TOKENS_POST_INTERVAL_MS: int(0, 1_000).default(TOKENS_POST_INTERVAL_MS),
   // Default rate limits per API key and model (0 = unlimited); per-key overrides are set on the key.
   // 600 requests and 1M tokens a minute: well above one interactive user, low enough that one
   // runaway client cannot take a 2-core engine from everybody else.

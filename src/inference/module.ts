@@ -25,6 +25,7 @@ export const inferenceModule: Module = {
       threadsNice: c.MODEL_THREADS_NICE,
       threadsSpin: c.ORT_INTRA_OP_SPIN,
       narrowSession: c.ORT_NARROW_SESSION,
+      tokensPostIntervalMs: c.TOKENS_POST_INTERVAL_MS,
       options: { admissionWaitMsMax: c.ADMISSION_WAIT_MS_MAX },
       dtype: c.MODEL_DTYPE,
     });

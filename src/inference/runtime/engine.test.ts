@@ -9,6 +9,8 @@ import { registries } from '../../metrics.js';
 import type { GenerateEvent } from '../engine-api.js';
 import { ensureDefaultModels } from '../convert/default-models.js';
 import { Engine } from './engine.js';
+import type { WorkerEvent } from './protocol.js';
+import { Runner } from './runner.js';
 
 // The engine against the bundled random-weight model (always present) and,
 // when ../shared/models exists, a real Hugging Face optimum export.
@@ -286,6 +288,48 @@ describe('engine with a one-thread session beside the every-core one', () => {
       expect(on('all')).toBeGreaterThan(0);
     } finally {
       await both.close();
+    }
+  });
+});
+
+describe('engine token posts', () => {
+  it('posts a fast decode run a few steps at a time, with the same tokens, in order, as a post per step', async () => {
+    // Count the worker's token posts and the steps they carry, on the runner's side.
+    const proto = Runner.prototype as unknown as { onReply(m: WorkerEvent): void };
+    const onReply = proto.onReply;
+    const seen = { posts: 0, steps: 0 };
+    proto.onReply = function (this: unknown, m: WorkerEvent) {
+      if (m.type === 'tokens') {
+        seen.posts++;
+        seen.steps += m.steps.length;
+      }
+      return onReply.call(this, m);
+    };
+    // 50 ms: longer than this model's whole run even on a loaded machine, so holding is certain;
+    // 0: every step on its own.
+    const held = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, tokensPostIntervalMs: 50 });
+    const each = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, tokensPostIntervalMs: 0 });
+    // End of text (id 2 in both models' vocabularies) is ruled out, so every run makes all 40 tokens.
+    const adjust = { bias: [[2, -100]] as const, presence: 0, frequency: 0 };
+    const run = (e: Engine, i: number) => collect(e.generate(CHAT, { promptTokens: prompt(i), maxTokens: 40, temperature: 0, topP: 1, stop: [], adjust }));
+    try {
+      for (const i of [2, 6]) {
+        seen.posts = seen.steps = 0;
+        const one = await run(each, i);
+        expect(seen.posts).toBe(seen.steps);
+        seen.posts = seen.steps = 0;
+        const few = await run(held, i);
+        // The first token comes with the prompt step; the next TOKENS_POSTED_AT_ONCE go one by one.
+        expect(few.ids.length).toBe(40);
+        expect(seen.steps).toBe(39);
+        expect(seen.posts).toBeLessThan(seen.steps / 2);
+        expect(few.ids).toEqual(one.ids);
+        expect(few.text).toEqual(one.text);
+        expect(few.done.usage).toEqual(one.done.usage);
+      }
+    } finally {
+      proto.onReply = onReply;
+      await Promise.all([held.close(), each.close()]);
     }
   });
 });

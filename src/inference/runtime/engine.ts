@@ -8,6 +8,7 @@ import { defaultEngineOptions, type EngineOptions } from './options.js';
 import { Runner } from './runner.js';
 import { Scheduler } from './scheduler.js';
 import { ModelText } from './text.js';
+import { TOKENS_POST_INTERVAL_MS } from './token-posts.js';
 
 // The model registry and the engine facade: every folder of MODELS_DIR with a
 // cloudgate.json is a model, loaded into its own worker with its own scheduler.
@@ -32,6 +33,8 @@ export interface EngineConfig {
   threadsSpin?: boolean;
   /** ORT_NARROW_SESSION: a model on several threads also loads a one-thread session for narrow steps (narrowSessionFor). */
   narrowSession?: boolean;
+  /** TOKENS_POST_INTERVAL_MS: how long a decode run's fast steps are held before their tokens are posted (token-posts.ts). */
+  tokensPostIntervalMs?: number;
   /** MODEL_DTYPE: the weight variant served by every folder that holds it, over cloudgate.json's `dtype` */
   dtype?: ModelDtype;
   options?: Partial<EngineOptions>;
@@ -111,6 +114,7 @@ export class Engine implements InferenceEngine {
           positionsMax: c.contextLength,
           nice: cfg.threadsNice ?? 0,
           spin: cfg.threadsSpin ?? false,
+          tokensPostIntervalMs: cfg.tokensPostIntervalMs ?? TOKENS_POST_INTERVAL_MS,
         }, c.id);
         const info: ServedModel = {
           id: c.id,

@@ -42,10 +42,11 @@ export class Generation {
   /**
    * Counts a token the worker sampled and turns it into events. `goesOn`: the sequence
    * continues from it (it ended neither by itself nor by a stop string); `finish`: how it
-   * ended here, for the scheduler to end it with.
+   * ended here, for the scheduler to end it with. `madeAt`: when the worker sampled it (a decode
+   * run posts a few fast steps together), on this thread's performance.now() clock.
    */
-  accept(tok: number, lp: TokenLogprob | undefined): { goesOn: boolean; finish?: 'stop' | 'length' } {
-    const now = performance.now();
+  accept(tok: number, lp: TokenLogprob | undefined, madeAt = performance.now()): { goesOn: boolean; finish?: 'stop' | 'length' } {
+    const now = madeAt;
     const model = { model: this.modelId };
     if (this.produced === 0) {
       M.ttft.observe(model, (now - this.enqueuedAt) / 1000);

@@ -7,6 +7,7 @@
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import type { Grammar } from '../grammar/grammar.js';
 import type { SessionKind } from './session-choice.js';
+import type { StepTokens } from './token-posts.js';
 
 export interface InitMsg {
   type: 'init';
@@ -22,6 +23,8 @@ export interface InitMsg {
   nice: number;
   /** Idle intra-op threads spin (onnxruntime's default) instead of sleeping. */
   spin: boolean;
+  /** A decode run's fast steps are posted at most this often (token-posts.ts); 0: every step. */
+  tokensPostIntervalMs: number;
   /** The model's context length: no sequence's cache grows past it. */
   positionsMax: number;
   /** Each token's text mid-document (null: not whole characters), for grammar-constrained sampling. */
@@ -98,8 +101,8 @@ export type WorkerEvent =
   | { type: 'memory'; heapUsedBytes: number; externalBytes: number; kvBytes: number }
   /** tokens[b]: the token sampled for row b, -1 for rows without a sampler (their logits are the answer). */
   | { type: 'step'; id: number; logits: Float32Array; tokens: Int32Array; kvBytes: number; passes: ModelPasses; logprobs?: Array<TokenLogprob | null> }
-  /** One step of a decode run: the token of each sequence that ran (logprobs[b]: row b's, when it asked). */
-  | { type: 'tokens'; id: number; seqs: number[]; tokens: Int32Array; logprobs?: Array<TokenLogprob | null> }
+  /** Steps of a decode run, in order: one, or a few fast ones held together (token-posts.ts). */
+  | { type: 'tokens'; id: number; steps: StepTokens[] }
   | { type: 'decode-done'; id: number; kvBytes: number; passes: ModelPasses }
   | { type: 'done'; id: number }
   | { type: 'error'; id: number; message: string };

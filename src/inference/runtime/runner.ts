@@ -14,7 +14,8 @@ export interface StepResult {
   logprobs?: Array<TokenLogprob | null>;
 }
 /** One decode-run step: the token (and, when asked, logprob) of each sequence that ran. */
-export type OnTokens = (seqs: number[], tokens: Int32Array, logprobs?: Array<TokenLogprob | null>) => void;
+/** A decode step's tokens; `madeAt`: when the worker sampled them, on this thread's performance.now() clock. */
+export type OnTokens = (seqs: number[], tokens: Int32Array, logprobs: Array<TokenLogprob | null> | undefined, madeAt: number) => void;
 
 /** The model's worker died (an uncaught error, an exit): what it held is gone. */
 export class WorkerLost extends Error {}
@@ -133,7 +134,8 @@ export class Runner {
     }
     if (!('id' in m)) return;
     if (m.type === 'tokens') {
-      this.onTokens.get(m.id)?.(m.seqs, m.tokens, m.logprobs);
+      const on = this.onTokens.get(m.id);
+      for (const st of m.steps) on?.(st.seqs, st.tokens, st.logprobs, st.madeAt - performance.timeOrigin);
       return;
     }
     const p = this.pending.get(m.id);

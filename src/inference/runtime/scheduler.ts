@@ -450,7 +450,8 @@ export class Scheduler {
 
   /**
    * A decode run: the worker steps these sequences on its own and sends each
-   * step's tokens, which become text and events here as they arrive. The run
+   * step's tokens (a few fast steps together: token-posts.ts), which become
+   * text and events here as they arrive. The run
    * is interrupted (it ends after the worker's current step) when the batch
    * should change: a prompt to prefill, a new request, a reader that stopped
    * reading or caught up, a cancellation. Sequences that end here (a stop
@@ -473,7 +474,7 @@ export class Scheduler {
         byId.set(s.id, s);
       });
     try {
-      const run = this.runner.decode(rows.map((s) => s.id), this.opts.decodeRunStepsMax, (seqs, tokens, logprobs) => {
+      const run = this.runner.decode(rows.map((s) => s.id), this.opts.decodeRunStepsMax, (seqs, tokens, logprobs, madeAt) => {
         steps++;
         M.batchSize.observe({ model: this.modelId, phase: 'decode' }, seqs.length);
         const drop: number[] = [];
@@ -483,7 +484,7 @@ export class Scheduler {
           const g = s.gen!;
           if (!s.cancelled && !g.finished) {
             s.pending = [];
-            this.accept(s, tokens[b]!, logprobs?.[b]);
+            this.accept(s, tokens[b]!, logprobs?.[b], madeAt);
           }
           // Ended here while the worker would go on: free it there (the token it may still make is never counted).
           if ((s.cancelled || g.finished) && !this.endedInWorker(s, tokens[b]!)) {
@@ -513,8 +514,8 @@ export class Scheduler {
    * Counts a token sampled by the worker and delivers it (output.ts). The sequence goes
    * on with it unless it ends the sequence by itself (end of text, max_tokens).
    */
-  private accept(s: Seq, tok: number, lp?: TokenLogprob | null): void {
-    const r = s.gen!.accept(tok, lp ?? undefined);
+  private accept(s: Seq, tok: number, lp?: TokenLogprob | null, madeAt?: number): void {
+    const r = s.gen!.accept(tok, lp ?? undefined, madeAt);
     if (r.goesOn) s.pending = [tok];
     if (r.finish) this.end(s, r.finish);
   }

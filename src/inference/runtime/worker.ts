@@ -9,6 +9,7 @@ import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
 import { SessionChoice } from './session-choice.js';
+import { sharedNow, TOKENS_POSTED_AT_ONCE, TokenPosts } from './token-posts.js';
 
 // One model's ONNX session, run on this thread (session.run blocks it), the
 // KV cache of every live sequence (kv.ts) and the batch of the last step.
@@ -37,6 +38,10 @@ interface WorkerState {
   interruptRequested: boolean;
   /** A decode run is in progress (joins run between its steps). */
   inRun: boolean;
+  /** The run's tokens not yet posted: flushed before any other message leaves (token-posts.ts). */
+  tokenPosts: TokenPosts | undefined;
+  /** InitMsg.tokensPostIntervalMs. */
+  tokensPostIntervalMs: number;
   /** A step is in flight: frees wait for it. */
   busy: boolean;
   /** Model work, one piece at a time in arrival order. */
@@ -54,6 +59,8 @@ const w = {
   tokenTexts: [],
   interruptRequested: false,
   inRun: false,
+  tokenPosts: undefined,
+  tokensPostIntervalMs: 0,
   busy: false,
   queue: Promise.resolve(),
   passes: { wide: 0, narrow: 0 },
@@ -70,6 +77,7 @@ function halfToFloat(h: number): number {
 
 async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void> {
   w.tokenTexts = msg.tokenTexts ?? [];
+  w.tokensPostIntervalMs = msg.tokensPostIntervalMs;
   // On Linux a thread's niceness is its own (setpriority on "this process" acts on the calling
   // thread), and the threads onnxruntime starts next inherit it: the model yields the cores to
   // the HTTP thread, not the other way round. Elsewhere it would renice the whole daemon: left.
@@ -512,6 +520,8 @@ function logprobsOf(seqs: number[]): Array<TokenLogprob | null> | undefined {
 /** A prompt step whose answer goes back as a `step` reply; the generations it starts are returned. */
 async function replyStep(id: number, rows: StepRow[]): Promise<number[]> {
   const { logits, tokens, logprobs } = await promptStep(rows);
+  // The decode run's held tokens first: the main thread reads every message in the worker's order.
+  w.tokenPosts?.flush();
   port.postMessage({ type: 'step', id, logits, tokens, kvBytes: kvBytes(), passes: w.passes, logprobs } satisfies WorkerEvent, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
   return rows.filter((r) => r.sampler).map((r) => r.seq);
 }
@@ -528,6 +538,7 @@ async function runJoin(): Promise<number[]> {
   try {
     return await replyStep(j.id, j.rows);
   } catch (e) {
+    w.tokenPosts?.flush();
     port.postMessage({ type: 'error', id: j.id, message: (e as Error).message } satisfies WorkerEvent);
     return [];
   }
@@ -539,6 +550,7 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
   w.inRun = true;
   const alive = (seq: number) => cached(seq) && samplers.get(seq)?.ended === false;
   let live = seqs.filter(alive);
+  const posts = (w.tokenPosts = new TokenPosts((steps) => port.postMessage({ type: 'tokens', id, steps } satisfies WorkerEvent), w.tokensPostIntervalMs));
   try {
     for (let steps = 0; !w.interruptRequested && steps < stepsMax; steps++) {
       while (joins.length) for (const seq of await runJoin()) if (alive(seq) && !live.includes(seq)) live.push(seq);
@@ -548,13 +560,19 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
       const tokens = Int32Array.from(live, (seq, b) => draw(samplers.get(seq)!, logits, b, V));
       // Copied, not transferred: a step's few tokens copy faster than a transfer detaches their buffer
       // (a 1-token message: ~36 us to post copied, ~60 us transferred, from a nice-10 worker here).
-      port.postMessage({ type: 'tokens', id, seqs: live, tokens, logprobs: logprobsOf(live) } satisfies WorkerEvent);
+      const urgent = live.some((seq) => {
+        const sm = samplers.get(seq)!;
+        return sm.ended || sm.made <= TOKENS_POSTED_AT_ONCE;
+      });
+      posts.add({ seqs: live, tokens, logprobs: logprobsOf(live), madeAt: sharedNow() }, urgent);
       applyDeferredFrees();
       live = live.filter(alive);
     }
     // Joins that came with the last step still get their answer; they decode in the next run.
     while (joins.length) await runJoin();
   } finally {
+    posts.flush();
+    w.tokenPosts = undefined;
     w.inRun = false;
     // Only when a step failed: its joins are answered with the failure too.
     for (const j of joins.splice(0)) port.postMessage({ type: 'error', id: j.id, message: 'the decode run failed' } satisfies WorkerEvent);
