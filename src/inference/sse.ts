@@ -4,30 +4,71 @@ import { noteError, toHttpError } from '../http/respond.js';
 
 // Server-sent events as OpenAI frames them: `data: <json>\n\n` per event,
 // `data: [DONE]\n\n` at the end. Writes wait on uWS backpressure.
+//
+// The events of one turn of the event loop go out in one write: a decode run posts a
+// few fast steps together (runtime/token-posts.ts), and the end of a stream is three or
+// four events, so one write (one send to the socket, one wake of the reader) carries
+// them all. Each write was the HTTP thread's largest cost at one stream of a small
+// model (~56 us of a send on loopback, bench/README.md "Token posts").
 
 export const SSE_HEADERS = { 'cache-control': 'no-cache', 'x-accel-buffering': 'no' };
 
 export class SseStream {
+  /** Frames of this turn, written together when it ends. */
+  private held = '';
+  private flushScheduled = false;
+  /** The last write while uWS still holds part of it (a slow reader): senders wait on it. */
+  private backlog: Promise<boolean> | undefined;
+
   constructor(private readonly ctx: Ctx) {}
 
   start(headers: Record<string, string>): boolean {
     return this.ctx.beginStream(200, 'text/event-stream; charset=utf-8', { ...SSE_HEADERS, ...headers });
   }
 
-  /** Resolves false once the client is gone; the caller stops producing. */
+  /**
+   * Queues an event for this turn's write. Resolves false once the client is gone, and
+   * waits while the reader is behind (uWS backpressure), so the caller stops or slows.
+   */
   send(event: unknown): Promise<boolean> {
-    return this.ctx.write(`data: ${JSON.stringify(event)}\n\n`);
+    if (this.ctx.aborted) return Promise.resolve(false);
+    this.held += `data: ${JSON.stringify(event)}\n\n`;
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      setImmediate(() => void this.flush());
+    }
+    return this.backlog ?? Promise.resolve(true);
+  }
+
+  /**
+   * Writes what this turn queued, after the backlog (one write waits on uWS at a time, in
+   * order); until it is taken whole it is the backlog.
+   */
+  private flush(): Promise<boolean> {
+    this.flushScheduled = false;
+    if (!this.held) return this.backlog ?? Promise.resolve(!this.ctx.aborted);
+    const frames = this.held;
+    this.held = '';
+    const before = this.backlog;
+    const w = before ? before.then((ok) => (ok ? this.ctx.write(frames) : false)) : this.ctx.write(frames);
+    this.backlog = w;
+    void w.then(() => {
+      if (this.backlog === w) this.backlog = undefined;
+    });
+    return w;
   }
 
   /** Ends the stream with an error frame (OpenAI's in-band error), and no [DONE]: it did not complete. */
   async fail(err: ApiError): Promise<void> {
     noteError(this.ctx, err);
-    await this.ctx.write(`data: ${JSON.stringify(toHttpError(err, 'inference').body)}\n\n`);
+    this.held += `data: ${JSON.stringify(toHttpError(err, 'inference').body)}\n\n`;
+    await this.flush();
     this.ctx.endStream();
   }
 
   async done(): Promise<void> {
-    await this.ctx.write('data: [DONE]\n\n');
+    this.held += 'data: [DONE]\n\n';
+    await this.flush();
     this.ctx.endStream();
   }
 }
