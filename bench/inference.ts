@@ -6,6 +6,7 @@ import { benchKey, chatStream, fmt, machine } from './lib.js';
 import { MODEL_DTYPES, modelFileOf, type ModelDtype } from '../src/inference/convert/model-config.js';
 import { narrowSessionFor, pickVariant, threadsFor } from '../src/inference/runtime/engine.js';
 import { SessionChoice } from '../src/inference/runtime/session-choice.js';
+import { spinSessionConfig, threadSpinOf, type ThreadSpinSetting } from '../src/inference/runtime/spin.js';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
 
 // Chat throughput through the daemon: N concurrent streams, aggregate
@@ -54,7 +55,7 @@ async function rawLoop(modelFile: string, B: number, prompt: number, steps: numb
     graphOptimizationLevel: 'all',
     intraOpNumThreads,
     interOpNumThreads: 1,
-    extra: { session: { intra_op: { allow_spinning: ['1', 'true'].includes(process.env.ORT_INTRA_OP_SPIN ?? '') ? '1' : '0' } } },
+    extra: { session: spinSessionConfig(threadSpinOf((process.env.ORT_INTRA_OP_SPIN ?? 'off') as ThreadSpinSetting)) },
   });
   const sess = await ort.InferenceSession.create(modelFile, options(threads));
   // The daemon's worker's pair of sessions (runtime/session-choice.ts), chosen the same way.

@@ -24,6 +24,16 @@ describe('loadConfig', () => {
     expect(msg).toContain('LOG_LEVEL="loud"');
   });
 
+  it('takes a thread spin mode, and the booleans it took before the modes', () => {
+    expect(loadConfig({}).ORT_INTRA_OP_SPIN).toBe('off');
+    expect(loadConfig({ ORT_INTRA_OP_SPIN: 'run' }).ORT_INTRA_OP_SPIN).toBe('run');
+    expect(loadConfig({ ORT_INTRA_OP_SPIN: 'true' }).ORT_INTRA_OP_SPIN).toBe('always');
+    expect(loadConfig({ ORT_INTRA_OP_SPIN: '0' }).ORT_INTRA_OP_SPIN).toBe('off');
+    expect(() => loadConfig({ ORT_INTRA_OP_SPIN: 'fast' })).toThrow(/ORT_INTRA_OP_SPIN="fast"/);
+    expect(loadConfig({}).TOKENS_POST_INTERVAL_MS).toBe(3);
+    expect(() => loadConfig({ TOKENS_POST_INTERVAL_MS: '-1' })).toThrow(/TOKENS_POST_INTERVAL_MS="-1"/);
+  });
+
   it('treats empty strings as unset', () => {
     expect(loadConfig({ DATABASE_URL: '' }).DATABASE_URL).toBeUndefined();
   });

@@ -2,6 +2,7 @@ import path from 'node:path';
 import { z } from 'zod';
 import { parseCorsOrigins } from './http/cors.js';
 import { MODEL_DTYPES } from './inference/convert/model-config.js';
+import { THREAD_SPIN_SETTINGS, threadSpinOf } from './inference/runtime/spin.js';
 import { TOKENS_POST_INTERVAL_MS } from './inference/runtime/token-posts.js';
 import { LOG_FORMATS } from './log.js';
 
@@ -82,11 +83,15 @@ const envSchema = z.object({
   // still runs first when a request arrives. 10: the scheduler weighs a nice-0 thread about
   // ten times a nice-10 one. 0 turns it off (bench/README.md "Every core").
   MODEL_THREADS_NICE: int(0, 19).default(10),
-  // Whether a model's idle intra-op threads spin between operators instead of sleeping.
-  // Spinning saves a wake-up per operator (most of a small model's step at one stream) but
-  // holds the cores: with it on, 16 streams of stories260K fell from 8,400-9,100 to 5,900-6,500
-  // tokens/s and the gateway's added p99 rose (bench/README.md "Every core"). Off by default.
-  ORT_INTRA_OP_SPIN: bool.default(false),
+  // How the intra-op threads of a model on several threads wait between operators (runtime/spin.ts).
+  // `off` (default): they sleep, and each operator wakes them. `run`: they spin while a step runs
+  // and sleep as soon as it returns: m25 int4 made ~8 % more tokens/s at 1 and 16 streams (a
+  // 20-token prompt 6.3 ms against 8.1), but the HTTP thread then waits for a core during steps:
+  // the gateway's added p99 while 16 streams generate rose from 1.6 to 2.4 ms (medians of 5), and
+  // issue 14 holds that figure under 1 ms. `always` (onnxruntime's default) spins between steps
+  // too: 16 streams of stories260K fell from 8,400-9,100 to 5,900-6,500 tokens/s
+  // (bench/README.md "Spinning while a step runs"). true / false: always / off.
+  ORT_INTRA_OP_SPIN: z.enum(THREAD_SPIN_SETTINGS).default('off').transform(threadSpinOf),
   // A model on several intra-op threads whose weights are at most 256 MiB also loads a
   // one-thread session of the same graph, and each step of at most 32 tokens runs on whichever
   // of the two has been faster for steps of its size: one stream of m25 int4 steps in 1.30 ms

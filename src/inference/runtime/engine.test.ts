@@ -333,3 +333,18 @@ describe('engine token posts', () => {
     }
   });
 });
+
+describe('engine with threads spinning while a step runs', () => {
+  it('loads its two-thread session with onnxruntime spinning only during runs, and gives the same greedy tokens', async () => {
+    const spinning = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 2, narrowSession: false, threadsSpin: 'run' });
+    try {
+      for (const i of [1, 5]) {
+        const want = await collect(greedy(prompt(i), 12));
+        const got = await collect(spinning.generate(gen(), { promptTokens: prompt(i), maxTokens: 12, temperature: 0, topP: 1, stop: [] }));
+        expect(got.ids).toEqual(want.ids);
+      }
+    } finally {
+      await spinning.close();
+    }
+  });
+});

@@ -7,6 +7,7 @@ import type { ChatMessage, GenerateEvent, GenerateRequest, InferenceEngine, Scor
 import { defaultEngineOptions, type EngineOptions } from './options.js';
 import { Runner } from './runner.js';
 import { Scheduler } from './scheduler.js';
+import type { ThreadSpin } from './spin.js';
 import { ModelText } from './text.js';
 import { TOKENS_POST_INTERVAL_MS } from './token-posts.js';
 
@@ -29,8 +30,8 @@ export interface EngineConfig {
   intraOpThreads?: number;
   /** MODEL_THREADS_NICE: the model threads' niceness (Linux); 0 or absent leaves it. */
   threadsNice?: number;
-  /** ORT_INTRA_OP_SPIN: idle intra-op threads spin instead of sleeping. */
-  threadsSpin?: boolean;
+  /** ORT_INTRA_OP_SPIN: how intra-op threads wait between operators (spin.ts); default `off`. */
+  threadsSpin?: ThreadSpin;
   /** ORT_NARROW_SESSION: a model on several threads also loads a one-thread session for narrow steps (narrowSessionFor). */
   narrowSession?: boolean;
   /** TOKENS_POST_INTERVAL_MS: how long a decode run's fast steps are held before their tokens are posted (token-posts.ts). */
@@ -113,7 +114,7 @@ export class Engine implements InferenceEngine {
           narrowSession: cfg.narrowSession !== false && cfg.executionProvider === 'cpu' && narrowSessionFor(modelPath, threads),
           positionsMax: c.contextLength,
           nice: cfg.threadsNice ?? 0,
-          spin: cfg.threadsSpin ?? false,
+          spin: cfg.threadsSpin ?? 'off',
           tokensPostIntervalMs: cfg.tokensPostIntervalMs ?? TOKENS_POST_INTERVAL_MS,
         }, c.id);
         const info: ServedModel = {

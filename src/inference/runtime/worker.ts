@@ -9,6 +9,7 @@ import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
 import { SessionChoice } from './session-choice.js';
+import { spinSessionConfig } from './spin.js';
 import { sharedNow, TOKENS_POSTED_AT_ONCE, TokenPosts } from './token-posts.js';
 
 // One model's ONNX session, run on this thread (session.run blocks it), the
@@ -94,11 +95,9 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     intraOpNumThreads: msg.intraOpThreads,
     interOpNumThreads: 1,
     executionMode: 'sequential',
-    // Threads that wait for work sleep instead of spinning: a spinning pool held both cores of a
-    // 2-core machine and left the HTTP thread and the other models waiting (bench/README.md,
-    // "Every core": 16 streams on m25 fell from 2,401 to 1,553 tokens/s and the bare server's p99
-    // rose from 0.6 to 3.9 ms with spinning on).
-    extra: { session: { intra_op: { allow_spinning: msg.spin ? '1' : '0' } } },
+    // By default threads that wait for work sleep: spinning ones, even only while a step runs,
+    // keep the HTTP thread waiting for a core (ORT_INTRA_OP_SPIN in config.ts, spin.ts).
+    extra: { session: spinSessionConfig(msg.spin) },
   };
   let provider = msg.executionProvider;
   try {

@@ -1,0 +1,104 @@
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
+import { benchKey, chatStream, fmt, machine } from './lib.js';
+
+// cloudgate against llama.cpp on the same weights, in alternating phases: ../shared/peer's
+// compare.sh runs each engine once, one after the other, and on this VM the machine's speed
+// can change between the two (one stream of m25 int4: 663 / 753 tokens/s in one run, 314 /
+// 605 in another, the cloudgate half in a slow minute). Here the daemon stays up and short
+// phases of the same workload (N clients, `Once upon a time <i>`, 64 greedy tokens, next
+// request at once) alternate with ../shared/peer/llamacpp-bench.mjs runs (llama.cpp in
+// process, one context with N sequences), so each pair shares its minute. Needs PEER_HOME
+// as compare.sh sets it up (its node_modules, the GGUF it wrote).
+// Usage: node dist/bench/peer-ab.js --model peer/m25 --models-dir DIR --gguf FILE.gguf [--threads 1] [--streams 1]
+//   [--rounds 8] [--seconds 3] [--ttft first-token] [--kv f16]
+
+const args = new Map<string, string>();
+for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
+const gguf = args.get('gguf');
+if (!gguf || !fs.existsSync(gguf)) throw new Error('--gguf: the GGUF of the same checkpoint (compare.sh writes it to $PEER_HOME/compare/<shape>/model[.type].gguf)');
+const model = args.get('model') ?? 'peer/m25';
+const streams = Number(args.get('streams') ?? 1);
+const rounds = Number(args.get('rounds') ?? 8);
+const seconds = Number(args.get('seconds') ?? 3);
+const threads = Number(args.get('threads') ?? 1);
+const firstToken = args.get('ttft') === 'first-token';
+const harness = path.resolve(repoRoot, '../shared/peer/llamacpp-bench.mjs');
+/** Streaming on the daemon before its phase is timed: its threads wake and its caches fill (llama.cpp's run warms up in its own process). */
+const WARM_SECONDS = 0.3;
+
+interface Phase {
+  rate: number;
+  ttftMs: number;
+}
+
+async function cloudgatePhase(url: string, key: string, secs: number): Promise<Phase> {
+  let tokens = 0;
+  const ttfts: number[] = [];
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: streams }, async (_, i) => {
+      while (performance.now() - t0 < secs * 1000) {
+        const o = await chatStream(url, key, `Once upon a time ${i}`, { model, maxTokens: 64, firstToken });
+        tokens += o.tokens;
+        ttfts.push(o.ttft);
+      }
+    }),
+  );
+  ttfts.sort((a, b) => a - b);
+  return { rate: tokens / ((performance.now() - t0) / 1000), ttftMs: ttfts[ttfts.length >> 1] ?? NaN };
+}
+
+function llamaPhase(): Promise<Phase> {
+  const out = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'peer-ab-')), 'llama.json');
+  const argv = [harness, '--model', gguf!, '--threads', String(threads), '--streams', String(streams), '--seconds', String(seconds), '--kv', args.get('kv') ?? 'f16', '--json', out];
+  return new Promise((resolve, reject) => {
+    const p = spawn(process.execPath, argv, { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, NODE_LLAMA_CPP_SKIP_DOWNLOAD: 'true' } });
+    p.on('error', reject);
+    p.on('exit', (code) => {
+      if (code !== 0) return reject(new Error(`llamacpp-bench exited with ${code}`));
+      const r = JSON.parse(fs.readFileSync(out, 'utf8')).results[0];
+      fs.rmSync(path.dirname(out), { recursive: true, force: true });
+      resolve({ rate: r.rate, ttftMs: r.ttftP50 });
+    });
+  });
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
+
+async function main() {
+  const env: Record<string, string> = { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0' };
+  if (args.has('models-dir')) env.MODELS_DIR = path.resolve(args.get('models-dir')!);
+  const d = await startDaemon(env);
+  try {
+    const key = await benchKey(d, ['inference:use'], 1_000_000_000);
+    const url = `${d.inferenceUrl}/v1/chat/completions`;
+    console.log(`machine: ${machine()}\ncloudgate ${model} against llama.cpp ${path.basename(gguf!)} (${threads} thread(s)), ${streams} stream(s), ${rounds} pairs of ${seconds} s phases (order alternating), TTFT at the first ${firstToken ? 'token' : 'text'} for cloudgate, the first token for llama.cpp`);
+    const cg: Phase[] = [];
+    const ll: Phase[] = [];
+    for (let r = 0; r < rounds; r++) {
+      for (const side of r % 2 ? (['llama', 'cg'] as const) : (['cg', 'llama'] as const)) {
+        if (side === 'llama') ll.push(await llamaPhase());
+        else {
+          await cloudgatePhase(url, key, WARM_SECONDS);
+          cg.push(await cloudgatePhase(url, key, seconds));
+        }
+      }
+    }
+    const ratios = cg.map((c, i) => c.rate / ll[i]!.rate);
+    const geo = Math.exp(ratios.reduce((t, x) => t + Math.log(x), 0) / ratios.length);
+    console.log(`cloudgate tokens/s: ${cg.map((x) => fmt(x.rate)).join(' ')} (median ${fmt(median(cg.map((x) => x.rate)))}), TTFT p50 median ${fmt(median(cg.map((x) => x.ttftMs)), 1)} ms`);
+    console.log(`llama.cpp tokens/s: ${ll.map((x) => fmt(x.rate)).join(' ')} (median ${fmt(median(ll.map((x) => x.rate)))}), TTFT p50 median ${fmt(median(ll.map((x) => x.ttftMs)), 1)} ms`);
+    console.log(`cloudgate / llama.cpp per pair: ${ratios.map((x) => fmt(x, 2)).join(' ')}\nmedian ${fmt(median(ratios), 3)}, geometric mean ${fmt(geo, 3)}, cloudgate faster in ${ratios.filter((x) => x > 1).length} of ${ratios.length} pairs`);
+  } finally {
+    await stopDaemon(d);
+  }
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
