@@ -13,8 +13,7 @@ export interface StepResult {
   tokens: Int32Array;
   logprobs?: Array<TokenLogprob | null>;
 }
-/** One decode-run step: the token (and, when asked, logprob) of each sequence that ran. */
-/** A decode step's tokens; `madeAt`: when the worker sampled them, on this thread's performance.now() clock. */
+/** One decode-run step: the token (and, when asked, logprob) of each sequence that ran; `madeAt`: when the worker sampled them, on this thread's performance.now() clock. */
 export type OnTokens = (seqs: number[], tokens: Int32Array, logprobs: Array<TokenLogprob | null> | undefined, madeAt: number) => void;
 
 /** The model's worker died (an uncaught error, an exit): what it held is gone. */
