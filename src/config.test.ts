@@ -25,7 +25,9 @@ describe('loadConfig', () => {
   });
 
   it('takes a thread spin mode, and the booleans it took before the modes', () => {
-    expect(loadConfig({}).ORT_INTRA_OP_SPIN).toBe('off');
+    expect(loadConfig({}).ORT_INTRA_OP_SPIN).toBe('run');
+    expect(loadConfig({}).MODEL_THREADS_SCHED).toBe('idle');
+    expect(() => loadConfig({ MODEL_THREADS_SCHED: 'rt' })).toThrow(/MODEL_THREADS_SCHED="rt"/);
     expect(loadConfig({ ORT_INTRA_OP_SPIN: 'run' }).ORT_INTRA_OP_SPIN).toBe('run');
     expect(loadConfig({ ORT_INTRA_OP_SPIN: 'true' }).ORT_INTRA_OP_SPIN).toBe('always');
     expect(loadConfig({ ORT_INTRA_OP_SPIN: '0' }).ORT_INTRA_OP_SPIN).toBe('off');

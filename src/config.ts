@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { parseCorsOrigins } from './http/cors.js';
 import { MODEL_DTYPES } from './inference/convert/model-config.js';
 import { THREAD_SPIN_SETTINGS, threadSpinOf } from './inference/runtime/spin.js';
+import { MODEL_THREAD_SCHEDS } from './inference/runtime/thread-policy.js';
 import { TOKENS_POST_INTERVAL_MS } from './inference/runtime/token-posts.js';
 import { LOG_FORMATS } from './log.js';
 
@@ -83,15 +84,22 @@ const envSchema = z.object({
   // still runs first when a request arrives. 10: the scheduler weighs a nice-0 thread about
   // ten times a nice-10 one. 0 turns it off (bench/README.md "Every core").
   MODEL_THREADS_NICE: int(0, 19).default(10),
+  // Scheduling policy of the same threads (Linux): `idle` (SCHED_IDLE) runs them only when no
+  // other thread wants a core, so a request never waits for a model's time slice; `normal` keeps
+  // the default policy at the niceness above. With idle threads spinning while a step runs
+  // (ORT_INTRA_OP_SPIN=run) the gateway's added p99 while 16 streams of m25 int4 generate was
+  // 1.0 ms against 1.87 (medians of 8 alternated runs, lower in 6) at the same tokens/s
+  // (bench/README.md "Model threads that give way").
+  MODEL_THREADS_SCHED: z.enum(MODEL_THREAD_SCHEDS).default('idle'),
   // How the intra-op threads of a model on several threads wait between operators (runtime/spin.ts).
-  // `off` (default): they sleep, and each operator wakes them. `run`: they spin while a step runs
-  // and sleep as soon as it returns: m25 int4 made ~8 % more tokens/s at 1 and 16 streams (a
-  // 20-token prompt 6.3 ms against 8.1), but the HTTP thread then waits for a core during steps:
-  // the gateway's added p99 while 16 streams generate rose from 1.6 to 2.4 ms (medians of 5), and
-  // issue 14 holds that figure under 1 ms. `always` (onnxruntime's default) spins between steps
-  // too: 16 streams of stories260K fell from 8,400-9,100 to 5,900-6,500 tokens/s
-  // (bench/README.md "Spinning while a step runs"). true / false: always / off.
-  ORT_INTRA_OP_SPIN: z.enum(THREAD_SPIN_SETTINGS).default('off').transform(threadSpinOf),
+  // `run` (default): they spin while a step runs and sleep as soon as it returns (a 20-token m25
+  // int4 prompt 6.3 ms against 8.1 with sleeping threads: a wake-up per operator). At the normal
+  // scheduling policy that kept the HTTP thread waiting for a core during steps (the gateway's
+  // added p99 at 16 streams 1.6 -> 2.4 ms); under SCHED_IDLE (MODEL_THREADS_SCHED) it does not.
+  // `off`: they sleep. `always` (onnxruntime's default) spins between steps too: 16 streams of
+  // stories260K fell from 8,400-9,100 to 5,900-6,500 tokens/s (bench/README.md "Spinning while a
+  // step runs"). true / false: always / off.
+  ORT_INTRA_OP_SPIN: z.enum(THREAD_SPIN_SETTINGS).default('run').transform(threadSpinOf),
   // A model on several intra-op threads whose weights are at most 256 MiB also loads a
   // one-thread session of the same graph, and each step of at most 32 tokens runs on whichever
   // of the two has been faster for steps of its size: one stream of m25 int4 steps in 1.30 ms

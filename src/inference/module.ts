@@ -23,6 +23,7 @@ export const inferenceModule: Module = {
       strict: c.EXECUTION_PROVIDER_STRICT,
       intraOpThreads: c.ORT_INTRA_OP_THREADS,
       threadsNice: c.MODEL_THREADS_NICE,
+      threadsSched: c.MODEL_THREADS_SCHED,
       threadsSpin: c.ORT_INTRA_OP_SPIN,
       narrowSession: c.ORT_NARROW_SESSION,
       tokensPostIntervalMs: c.TOKENS_POST_INTERVAL_MS,

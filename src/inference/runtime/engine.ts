@@ -8,6 +8,7 @@ import { defaultEngineOptions, type EngineOptions } from './options.js';
 import { Runner } from './runner.js';
 import { Scheduler } from './scheduler.js';
 import type { ThreadSpin } from './spin.js';
+import type { ModelThreadSched } from './thread-policy.js';
 import { ModelText } from './text.js';
 import { TOKENS_POST_INTERVAL_MS } from './token-posts.js';
 
@@ -30,6 +31,8 @@ export interface EngineConfig {
   intraOpThreads?: number;
   /** MODEL_THREADS_NICE: the model threads' niceness (Linux); 0 or absent leaves it. */
   threadsNice?: number;
+  /** MODEL_THREADS_SCHED: their scheduling policy (thread-policy.ts); absent: normal. */
+  threadsSched?: ModelThreadSched;
   /** ORT_INTRA_OP_SPIN: how intra-op threads wait between operators (spin.ts); default `off`. */
   threadsSpin?: ThreadSpin;
   /** ORT_NARROW_SESSION: a model on several threads also loads a one-thread session for narrow steps (narrowSessionFor). */
@@ -114,6 +117,7 @@ export class Engine implements InferenceEngine {
           narrowSession: cfg.narrowSession !== false && cfg.executionProvider === 'cpu' && narrowSessionFor(modelPath, threads),
           positionsMax: c.contextLength,
           nice: cfg.threadsNice ?? 0,
+          sched: cfg.threadsSched ?? 'normal',
           spin: cfg.threadsSpin ?? 'off',
           tokensPostIntervalMs: cfg.tokensPostIntervalMs ?? TOKENS_POST_INTERVAL_MS,
         }, c.id);

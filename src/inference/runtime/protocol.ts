@@ -8,6 +8,7 @@ import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import type { Grammar } from '../grammar/grammar.js';
 import type { SessionKind } from './session-choice.js';
 import type { ThreadSpin } from './spin.js';
+import type { ModelThreadSched } from './thread-policy.js';
 import type { StepTokens } from './token-posts.js';
 
 export interface InitMsg {
@@ -22,6 +23,8 @@ export interface InitMsg {
   narrowSession: boolean;
   /** Niceness of the worker and its ONNX threads (Linux; 0 leaves them at the process's). */
   nice: number;
+  /** Their scheduling policy (thread-policy.ts). */
+  sched: ModelThreadSched;
   /** How intra-op threads wait between operators (spin.ts). */
   spin: ThreadSpin;
   /** A decode run's fast steps are posted at most this often (token-posts.ts); 0: every step. */

@@ -10,6 +10,7 @@ import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
 import { SessionChoice } from './session-choice.js';
 import { spinSessionConfig } from './spin.js';
+import { scheduleThisThreadIdle } from './thread-policy.js';
 import { sharedNow, TOKENS_POSTED_AT_ONCE, TokenPosts } from './token-posts.js';
 
 // One model's ONNX session, run on this thread (session.run blocks it), the
@@ -88,6 +89,15 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     } catch (e) {
       // A sandbox that refuses setpriority costs the HTTP thread its head start, not the model.
       port.postMessage({ type: 'warning', message: `model threads left at the daemon's priority: ${(e as Error).message}` } satisfies WorkerEvent);
+    }
+  }
+  // SCHED_IDLE (MODEL_THREADS_SCHED): niceness only lowers the model threads' share, and a request
+  // still waited for a core up to their time slice; an idle thread gives way at once.
+  if (msg.sched === 'idle') {
+    try {
+      scheduleThisThreadIdle();
+    } catch (e) {
+      port.postMessage({ type: 'warning', message: `model threads left under the normal scheduling policy: ${(e as Error).message}` } satisfies WorkerEvent);
     }
   }
   const base: ort.InferenceSession.SessionOptions = {
