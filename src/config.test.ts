@@ -25,8 +25,8 @@ describe('loadConfig', () => {
   });
 
   it('takes a thread spin mode, and the booleans it took before the modes', () => {
-    expect(loadConfig({}).ORT_INTRA_OP_SPIN).toBe('run');
-    expect(loadConfig({}).MODEL_THREADS_SCHED).toBe('idle');
+    expect(loadConfig({}).ORT_INTRA_OP_SPIN).toBe('off');
+    expect(loadConfig({}).MODEL_THREADS_SCHED).toBe('normal');
     expect(() => loadConfig({ MODEL_THREADS_SCHED: 'rt' })).toThrow(/MODEL_THREADS_SCHED="rt"/);
     expect(loadConfig({ ORT_INTRA_OP_SPIN: 'run' }).ORT_INTRA_OP_SPIN).toBe('run');
     expect(loadConfig({ ORT_INTRA_OP_SPIN: 'true' }).ORT_INTRA_OP_SPIN).toBe('always');

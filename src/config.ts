@@ -84,22 +84,24 @@ const envSchema = z.object({
   // still runs first when a request arrives. 10: the scheduler weighs a nice-0 thread about
   // ten times a nice-10 one. 0 turns it off (bench/README.md "Every core").
   MODEL_THREADS_NICE: int(0, 19).default(10),
-  // Scheduling policy of the same threads (Linux): `idle` (SCHED_IDLE) runs them only when no
-  // other thread wants a core, so a request never waits for a model's time slice; `normal` keeps
-  // the default policy at the niceness above. With idle threads spinning while a step runs
-  // (ORT_INTRA_OP_SPIN=run) the gateway's added p99 while 16 streams of m25 int4 generate was
-  // 1.0 ms against 1.87 (medians of 8 alternated runs, lower in 6) at the same tokens/s
-  // (bench/README.md "Model threads that give way").
-  MODEL_THREADS_SCHED: z.enum(MODEL_THREAD_SCHEDS).default('idle'),
+  // Scheduling policy of the same threads (Linux): `normal` (default) keeps the default policy at
+  // the niceness above; `idle` (SCHED_IDLE) runs them only when no other thread wants a core, so
+  // a request never waits for a model's time slice. Idle threads spinning while a step runs
+  // (with ORT_INTRA_OP_SPIN=run) brought the gateway's added p99 while 16 streams of m25 int4
+  // generate to 1.0 ms from 1.87 (medians of 8 alternated runs) and 16 streams +13 %, but one
+  // stream lost 5-22 %: the kernel counts a core running only idle threads as free and puts the
+  // HTTP thread and the client there at every token (bench/README.md "Model threads that give way").
+  MODEL_THREADS_SCHED: z.enum(MODEL_THREAD_SCHEDS).default('normal'),
   // How the intra-op threads of a model on several threads wait between operators (runtime/spin.ts).
-  // `run` (default): they spin while a step runs and sleep as soon as it returns (a 20-token m25
-  // int4 prompt 6.3 ms against 8.1 with sleeping threads: a wake-up per operator). At the normal
-  // scheduling policy that kept the HTTP thread waiting for a core during steps (the gateway's
-  // added p99 at 16 streams 1.6 -> 2.4 ms); under SCHED_IDLE (MODEL_THREADS_SCHED) it does not.
-  // `off`: they sleep. `always` (onnxruntime's default) spins between steps too: 16 streams of
-  // stories260K fell from 8,400-9,100 to 5,900-6,500 tokens/s (bench/README.md "Spinning while a
-  // step runs"). true / false: always / off.
-  ORT_INTRA_OP_SPIN: z.enum(THREAD_SPIN_SETTINGS).default('run').transform(threadSpinOf),
+  // `off` (default): they sleep, and each operator wakes them. `run`: they spin while a step runs
+  // and sleep as soon as it returns: m25 int4 ~8 % more tokens/s at 1 and 16 streams, m110 int4
+  // +23 % at one (a 20-token prompt 6.3 ms against 8.1), but at the normal scheduling policy the
+  // HTTP thread then waits for a core during steps: the gateway's added p99 while 16 streams
+  // generate rose from 1.6 to 2.4 ms (under MODEL_THREADS_SCHED=idle it fell, see there).
+  // `always` (onnxruntime's default) spins between steps too: 16 streams of stories260K fell from
+  // 8,400-9,100 to 5,900-6,500 tokens/s (bench/README.md "Spinning while a step runs").
+  // true / false: always / off.
+  ORT_INTRA_OP_SPIN: z.enum(THREAD_SPIN_SETTINGS).default('off').transform(threadSpinOf),
   // A model on several intra-op threads whose weights are at most 256 MiB also loads a
   // one-thread session of the same graph, and each step of at most 32 tokens runs on whichever
   // of the two has been faster for steps of its size: one stream of m25 int4 steps in 1.30 ms
