@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { repoRoot } from '../test/daemon.js';
-import { benchKey, chatStream, fmt, machine } from './lib.js';
+import { benchKey, machine, pairSummary, streamPhase } from './lib.js';
 
 // Two daemon settings against each other on a machine whose speed drifts (this 2-core VM's
 // one-stream rate moved 350-700 tokens/s from one minute to the next): both daemons run at
@@ -43,26 +43,6 @@ async function start(side: 'a' | 'b') {
   return { d, key, stop: () => lib.stopDaemon(d), label: `${args.get(side) ?? '(defaults)'}${args.has(`${side}-root`) ? ` @ ${root}` : ''}` };
 }
 
-/** `streams` clients back to back for `secs`: completion tokens per second, TTFT p50. */
-async function phase(url: string, key: string, secs: number): Promise<{ rate: number; ttftMs: number }> {
-  let tokens = 0;
-  const ttfts: number[] = [];
-  const t0 = performance.now();
-  await Promise.all(
-    Array.from({ length: streams }, async (_, i) => {
-      for (let r = 0; performance.now() - t0 < secs * 1000; r++) {
-        const o = await chatStream(url, key, `Once upon a time ${i}`, opts);
-        tokens += o.tokens;
-        ttfts.push(o.ttft);
-      }
-    }),
-  );
-  ttfts.sort((x, y) => x - y);
-  return { rate: tokens / ((performance.now() - t0) / 1000), ttftMs: ttfts[ttfts.length >> 1] ?? NaN };
-}
-
-const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[xs.length >> 1]!;
-
 async function main() {
   const a = await start('a');
   const b = await start('b');
@@ -73,15 +53,11 @@ async function main() {
     for (let r = 0; r < rounds; r++) {
       for (const side of r % 2 ? (['b', 'a'] as const) : (['a', 'b'] as const)) {
         const s = side === 'a' ? a : b;
-        await phase(url(s), s.key, WARM_SECONDS);
-        res[side].push(await phase(url(s), s.key, seconds));
+        await streamPhase(url(s), s.key, streams, WARM_SECONDS, opts);
+        res[side].push(await streamPhase(url(s), s.key, streams, seconds, opts));
       }
     }
-    const ratios = res.b.map((x, i) => x.rate / res.a[i]!.rate);
-    const geo = Math.exp(ratios.reduce((t, x) => t + Math.log(x), 0) / ratios.length);
-    console.log(`A tokens/s: ${res.a.map((x) => fmt(x.rate)).join(' ')} (median ${fmt(median(res.a.map((x) => x.rate)))}), TTFT p50 median ${fmt(median(res.a.map((x) => x.ttftMs)), 1)} ms`);
-    console.log(`B tokens/s: ${res.b.map((x) => fmt(x.rate)).join(' ')} (median ${fmt(median(res.b.map((x) => x.rate)))}), TTFT p50 median ${fmt(median(res.b.map((x) => x.ttftMs)), 1)} ms`);
-    console.log(`B / A per pair: ${ratios.map((x) => fmt(x, 2)).join(' ')}\nB / A: median ${fmt(median(ratios), 3)}, geometric mean ${fmt(geo, 3)}, B faster in ${ratios.filter((x) => x > 1).length} of ${ratios.length} pairs`);
+    console.log(pairSummary({ label: 'A', phases: res.a }, { label: 'B', phases: res.b }));
   } finally {
     await Promise.all([a.stop(), b.stop()]);
   }

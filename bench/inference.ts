@@ -6,7 +6,8 @@ import { benchKey, chatStream, fmt, machine } from './lib.js';
 import { MODEL_DTYPES, modelFileOf, type ModelDtype } from '../src/inference/convert/model-config.js';
 import { narrowSessionFor, pickVariant, threadsFor } from '../src/inference/runtime/engine.js';
 import { SessionChoice } from '../src/inference/runtime/session-choice.js';
-import { spinSessionConfig, threadSpinOf, type ThreadSpinSetting } from '../src/inference/runtime/spin.js';
+import { spinSessionConfig } from '../src/inference/runtime/spin.js';
+import { loadConfig } from '../src/config.js';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
 
 // Chat throughput through the daemon: N concurrent streams, aggregate
@@ -50,16 +51,18 @@ const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(
  * whole passes (the work the daemon's streams do) and over decode steps only.
  */
 async function rawLoop(modelFile: string, B: number, prompt: number, steps: number, seconds: number): Promise<{ withPrefill: number; decodeOnly: number }> {
-  const threads = process.env.ORT_INTRA_OP_THREADS ? Number(process.env.ORT_INTRA_OP_THREADS) : threadsFor(modelFile);
+  // The daemon's own reading of its settings (the same defaults, the same refusals).
+  const cfg = loadConfig(process.env);
+  const threads = cfg.ORT_INTRA_OP_THREADS ?? threadsFor(modelFile);
   const options = (intraOpNumThreads: number): ort.InferenceSession.SessionOptions => ({
     graphOptimizationLevel: 'all',
     intraOpNumThreads,
     interOpNumThreads: 1,
-    extra: { session: spinSessionConfig(threadSpinOf((process.env.ORT_INTRA_OP_SPIN ?? 'off') as ThreadSpinSetting)) },
+    extra: { session: spinSessionConfig(cfg.ORT_INTRA_OP_SPIN) },
   });
   const sess = await ort.InferenceSession.create(modelFile, options(threads));
   // The daemon's worker's pair of sessions (runtime/session-choice.ts), chosen the same way.
-  const narrowOn = !['0', 'false'].includes(process.env.ORT_NARROW_SESSION ?? '') && narrowSessionFor(modelFile, threads);
+  const narrowOn = cfg.ORT_NARROW_SESSION && narrowSessionFor(modelFile, threads);
   const narrow = narrowOn ? await ort.InferenceSession.create(modelFile, options(1)) : undefined;
   const choice = new SessionChoice();
   const runOn = async (feeds: Record<string, ort.Tensor>, tokens: number) =>

@@ -182,3 +182,37 @@ export function chatStream(url: string, key: string, prompt: string, o: ChatStre
     req.end(body);
   });
 }
+
+/** One phase of streaming: `streams` clients back to back for `secs` (prompt `Once upon a time <i>`); tokens/s and TTFT p50. */
+export async function streamPhase(url: string, key: string, streams: number, secs: number, o: ChatStreamOptions): Promise<{ rate: number; ttftMs: number }> {
+  let tokens = 0;
+  const ttfts: number[] = [];
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: streams }, async (_, i) => {
+      while (performance.now() - t0 < secs * 1000) {
+        const r = await chatStream(url, key, `Once upon a time ${i}`, o);
+        tokens += r.tokens;
+        ttfts.push(r.ttft);
+      }
+    }),
+  );
+  ttfts.sort((a, b) => a - b);
+  return { rate: tokens / ((performance.now() - t0) / 1000), ttftMs: ttfts[ttfts.length >> 1] ?? NaN };
+}
+
+export const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
+
+/** Alternated phases of two sides, as the A/B benchmarks print them: each side's rates, then each pair's ratio B / A. */
+export function pairSummary(a: { label: string; phases: Array<{ rate: number; ttftMs: number }> }, b: { label: string; phases: Array<{ rate: number; ttftMs: number }> }): string {
+  const side = (s: typeof a) =>
+    `${s.label} tokens/s: ${s.phases.map((x) => fmt(x.rate)).join(' ')} (median ${fmt(median(s.phases.map((x) => x.rate)))}), TTFT p50 median ${fmt(median(s.phases.map((x) => x.ttftMs)), 1)} ms`;
+  const ratios = b.phases.map((x, i) => x.rate / a.phases[i]!.rate);
+  const geo = Math.exp(ratios.reduce((t, x) => t + Math.log(x), 0) / ratios.length);
+  return [
+    side(a),
+    side(b),
+    `${b.label} / ${a.label} per pair: ${ratios.map((x) => fmt(x, 2)).join(' ')}`,
+    `median ${fmt(median(ratios), 3)}, geometric mean ${fmt(geo, 3)}, ${b.label} faster in ${ratios.filter((x) => x > 1).length} of ${ratios.length} pairs`,
+  ].join('\n');
+}

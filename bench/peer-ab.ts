@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchKey, chatStream, fmt, machine } from './lib.js';
+import { benchKey, machine, pairSummary, streamPhase } from './lib.js';
 
 // cloudgate against llama.cpp on the same weights, in alternating phases: ../shared/peer's
 // compare.sh runs each engine once, one after the other, and on this VM the machine's speed
@@ -35,23 +35,6 @@ interface Phase {
   ttftMs: number;
 }
 
-async function cloudgatePhase(url: string, key: string, secs: number): Promise<Phase> {
-  let tokens = 0;
-  const ttfts: number[] = [];
-  const t0 = performance.now();
-  await Promise.all(
-    Array.from({ length: streams }, async (_, i) => {
-      while (performance.now() - t0 < secs * 1000) {
-        const o = await chatStream(url, key, `Once upon a time ${i}`, { model, maxTokens: 64, firstToken });
-        tokens += o.tokens;
-        ttfts.push(o.ttft);
-      }
-    }),
-  );
-  ttfts.sort((a, b) => a - b);
-  return { rate: tokens / ((performance.now() - t0) / 1000), ttftMs: ttfts[ttfts.length >> 1] ?? NaN };
-}
-
 function llamaPhase(): Promise<Phase> {
   const out = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'peer-ab-')), 'llama.json');
   const argv = [harness, '--model', gguf!, '--threads', String(threads), '--streams', String(streams), '--seconds', String(seconds), '--kv', args.get('kv') ?? 'f16', '--json', out];
@@ -67,8 +50,6 @@ function llamaPhase(): Promise<Phase> {
   });
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
-
 async function main() {
   const env: Record<string, string> = { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0' };
   if (args.has('models-dir')) env.MODELS_DIR = path.resolve(args.get('models-dir')!);
@@ -79,20 +60,17 @@ async function main() {
     console.log(`machine: ${machine()}\ncloudgate ${model} against llama.cpp ${path.basename(gguf!)} (${threads} thread(s)), ${streams} stream(s), ${rounds} pairs of ${seconds} s phases (order alternating), TTFT at the first ${firstToken ? 'token' : 'text'} for cloudgate, the first token for llama.cpp`);
     const cg: Phase[] = [];
     const ll: Phase[] = [];
+    const opts = { model, maxTokens: 64, firstToken };
     for (let r = 0; r < rounds; r++) {
       for (const side of r % 2 ? (['llama', 'cg'] as const) : (['cg', 'llama'] as const)) {
         if (side === 'llama') ll.push(await llamaPhase());
         else {
-          await cloudgatePhase(url, key, WARM_SECONDS);
-          cg.push(await cloudgatePhase(url, key, seconds));
+          await streamPhase(url, key, streams, WARM_SECONDS, opts);
+          cg.push(await streamPhase(url, key, streams, seconds, opts));
         }
       }
     }
-    const ratios = cg.map((c, i) => c.rate / ll[i]!.rate);
-    const geo = Math.exp(ratios.reduce((t, x) => t + Math.log(x), 0) / ratios.length);
-    console.log(`cloudgate tokens/s: ${cg.map((x) => fmt(x.rate)).join(' ')} (median ${fmt(median(cg.map((x) => x.rate)))}), TTFT p50 median ${fmt(median(cg.map((x) => x.ttftMs)), 1)} ms`);
-    console.log(`llama.cpp tokens/s: ${ll.map((x) => fmt(x.rate)).join(' ')} (median ${fmt(median(ll.map((x) => x.rate)))}), TTFT p50 median ${fmt(median(ll.map((x) => x.ttftMs)), 1)} ms`);
-    console.log(`cloudgate / llama.cpp per pair: ${ratios.map((x) => fmt(x, 2)).join(' ')}\nmedian ${fmt(median(ratios), 3)}, geometric mean ${fmt(geo, 3)}, cloudgate faster in ${ratios.filter((x) => x > 1).length} of ${ratios.length} pairs`);
+    console.log(pairSummary({ label: 'llama.cpp', phases: ll }, { label: 'cloudgate', phases: cg }));
   } finally {
     await stopDaemon(d);
   }

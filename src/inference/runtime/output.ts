@@ -42,11 +42,10 @@ export class Generation {
   /**
    * Counts a token the worker sampled and turns it into events. `goesOn`: the sequence
    * continues from it (it ended neither by itself nor by a stop string); `finish`: how it
-   * ended here, for the scheduler to end it with. `madeAt`: when the worker sampled it (a decode
+   * ended here, for the scheduler to end it with. `now`: when the worker sampled it (a decode
    * run posts a few fast steps together), on this thread's performance.now() clock.
    */
-  accept(tok: number, lp: TokenLogprob | undefined, madeAt = performance.now()): { goesOn: boolean; finish?: 'stop' | 'length' } {
-    const now = madeAt;
+  accept(tok: number, lp: TokenLogprob | undefined, now = performance.now()): { goesOn: boolean; finish?: 'stop' | 'length' } {
     const model = { model: this.modelId };
     if (this.produced === 0) {
       M.ttft.observe(model, (now - this.enqueuedAt) / 1000);

@@ -573,7 +573,8 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
         const sm = samplers.get(seq)!;
         return sm.ended || sm.made <= TOKENS_POSTED_AT_ONCE;
       });
-      posts.add({ seqs: live, tokens, logprobs: logprobsOf(live), madeAt: sharedNow() }, urgent);
+      // A copy: a held step must not see the joins later pushed onto `live`.
+      posts.add({ seqs: live.slice(), tokens, logprobs: logprobsOf(live), madeAt: sharedNow() }, urgent);
       applyDeferredFrees();
       live = live.filter(alive);
     }
