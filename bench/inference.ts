@@ -4,8 +4,8 @@ import ort from 'onnxruntime-node';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
 import { benchKey, chatStream, fmt, machine } from './lib.js';
 import { MODEL_DTYPES, modelFileOf, type ModelDtype } from '../src/inference/convert/model-config.js';
-import { narrowSessionFor, pickVariant, threadsFor } from '../src/inference/runtime/engine.js';
-import { SessionChoice } from '../src/inference/runtime/session-choice.js';
+import { extraSessionsFor, pickVariant, threadsFor } from '../src/inference/runtime/engine.js';
+import { SessionChoice, sessionsFor } from '../src/inference/runtime/session-choice.js';
 import { spinSessionConfig } from '../src/inference/runtime/spin.js';
 import { loadConfig } from '../src/config.js';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
@@ -61,18 +61,21 @@ async function rawLoop(modelFile: string, B: number, prompt: number, steps: numb
     extra: { session: spinSessionConfig(cfg.ORT_INTRA_OP_SPIN) },
   });
   const sess = await ort.InferenceSession.create(modelFile, options(threads));
-  // The daemon's worker's pair of sessions (runtime/session-choice.ts), chosen the same way.
-  const narrowOn = cfg.ORT_NARROW_SESSION && narrowSessionFor(modelFile, threads);
-  const narrow = narrowOn ? await ort.InferenceSession.create(modelFile, options(1)) : undefined;
+  // The daemon's worker's sessions (runtime/session-choice.ts), chosen the same way; the loop's B rows are its sequences.
+  const loaded = extraSessionsFor(modelFile, threads, { narrow: cfg.ORT_NARROW_SESSION, spinning: cfg.ORT_SPINNING_SESSION, spin: cfg.ORT_INTRA_OP_SPIN });
+  const narrow = loaded.narrow ? await ort.InferenceSession.create(modelFile, options(1)) : undefined;
+  const spinning = loaded.spinning ? await ort.InferenceSession.create(modelFile, { ...options(threads), extra: { session: spinSessionConfig('run') } }) : undefined;
+  const sessions = { wide: sess, narrow, spinning };
   const choice = new SessionChoice();
   const runOn = async (feeds: Record<string, ort.Tensor>, tokens: number) =>
-    narrow ? (await choice.run(tokens, (k) => (k === 'narrow' ? narrow : sess).run(feeds))).out : sess.run(feeds);
+    (await choice.run(tokens, sessionsFor(tokens, B, loaded), (k) => sessions[k]!.run(feeds))).out;
   try {
     if (sess.inputNames.includes('cache_bias')) return await slotLoop(sess, runOn, B, prompt, steps, seconds);
     return await pastLoop(sess, runOn, B, prompt, steps, seconds);
   } finally {
     await sess.release();
     await narrow?.release();
+    await spinning?.release();
   }
 }
 

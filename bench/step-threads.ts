@@ -1,12 +1,14 @@
 import ort from 'onnxruntime-node';
 import os from 'node:os';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
+import { spinSessionConfig, type ThreadSpin } from '../src/inference/runtime/spin.js';
 import { fmt, machine } from './lib.js';
 
 // Where one thread beats every core (runtime/session-choice.ts): a chat graph's
 // decode step at several batch sizes, and a 20-token prompt, on a session of one
-// intra-op thread and on one of every core (threads sleeping when idle, as the
-// daemon runs them), each batch size timed in turns on both in one process.
+// intra-op thread, one of every core with threads sleeping when idle, and one of
+// every core with threads spinning while a run lasts (spin.ts `run`), each batch
+// size timed in turns on the three in one process.
 // Usage: node dist/bench/step-threads.js --model DIR/model_q4.onnx [--batches 1,2,4,8,16] [--reps 8]
 
 const args = new Map<string, string>();
@@ -18,12 +20,12 @@ const REPS = Number(args.get('reps') ?? 8);
 const PROMPT_TOKENS = 20;
 const DECODE_STEPS = 64;
 
-async function open(threads: number): Promise<ort.InferenceSession> {
+async function open(threads: number, spin: ThreadSpin): Promise<ort.InferenceSession> {
   return ort.InferenceSession.create(file!, {
     graphOptimizationLevel: 'all',
     intraOpNumThreads: threads,
     interOpNumThreads: 1,
-    extra: { session: { intra_op: { allow_spinning: '0' } } },
+    extra: { session: spinSessionConfig(spin) },
   });
 }
 
@@ -53,26 +55,27 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 async function main() {
   const cores = os.availableParallelism();
-  const one = await open(1);
-  const all = await open(cores);
-  console.log(`machine: ${machine()}\nmodel: ${file}\nmedian ms: one ${PROMPT_TOKENS}-token prompt per row, and a decode step, over ${REPS} passes of ${DECODE_STEPS} steps (the first pass of each not counted)`);
-  console.log(`| batch | prompt step, 1 thread | prompt step, ${cores} threads | decode step, 1 thread | decode step, ${cores} threads | faster decode |`);
-  console.log('| --- | --- | --- | --- | --- | --- |');
+  const sessions = { one: await open(1, 'off'), sleeping: await open(cores, 'off'), spinning: await open(cores, 'run') };
+  const kinds = Object.keys(sessions) as (keyof typeof sessions)[];
+  console.log(`machine: ${machine()}\nmodel: ${file}\nmedian ms: one ${PROMPT_TOKENS}-token prompt per row, and a decode step, over ${REPS} passes of ${DECODE_STEPS} steps (the first pass of each not counted); ${cores} threads sleeping between operators, or spinning while a run lasts`);
+  console.log(`| batch | prompt step: 1 thread / ${cores} sleeping / ${cores} spinning | decode step: 1 thread / ${cores} sleeping / ${cores} spinning | fastest decode |`);
+  console.log('| --- | --- | --- | --- |');
   for (const B of batches) {
-    const r = { one: { p: [] as number[], s: [] as number[] }, all: { p: [] as number[], s: [] as number[] } };
+    const r = Object.fromEntries(kinds.map((k) => [k, { p: [] as number[], s: [] as number[] }])) as Record<(typeof kinds)[number], { p: number[]; s: number[] }>;
     for (let rep = 0; rep <= REPS; rep++) {
-      for (const [k, s] of [['one', one], ['all', all]] as const) {
-        const { promptMs, stepMs } = await pass(s, B);
+      for (const k of kinds) {
+        const { promptMs, stepMs } = await pass(sessions[k], B);
         if (rep === 0) continue;
         r[k].p.push(promptMs);
         r[k].s.push(...stepMs);
       }
     }
-    const [s1, sN] = [median(r.one.s), median(r.all.s)];
-    console.log(`| ${B} | ${fmt(median(r.one.p), 2)} | ${fmt(median(r.all.p), 2)} | ${fmt(s1, 3)} | ${fmt(sN, 3)} | ${s1 <= sN ? '1 thread' : `${cores} threads`} (${fmt(Math.max(s1, sN) / Math.min(s1, sN), 2)}x) |`);
+    const step = kinds.map((k) => median(r[k].s));
+    const best = step.indexOf(Math.min(...step));
+    const next = Math.min(...step.filter((_, i) => i !== best));
+    console.log(`| ${B} | ${kinds.map((k) => fmt(median(r[k].p), 2)).join(' / ')} | ${step.map((x) => fmt(x, 3)).join(' / ')} | ${kinds[best]} (${fmt(next / step[best]!, 2)}x the next) |`);
   }
-  await one.release();
-  await all.release();
+  for (const k of kinds) await sessions[k].release();
 }
 
 main().catch((e) => {

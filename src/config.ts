@@ -108,6 +108,14 @@ const envSchema = z.object({
   // on one thread and 2.03 ms on two (a wake-up per operator). The cost is a second copy of
   // the weights (runtime/session-choice.ts, bench/README.md "One thread for narrow steps").
   ORT_NARROW_SESSION: bool.default(true),
+  // Such a model, when its threads sleep (ORT_INTRA_OP_SPIN=off), also loads a session whose
+  // threads spin while a step runs, and while it holds at most 4 sequences its steps may run
+  // there when that has been faster for their size: one stream of m25 int4 steps in 1.06 ms
+  // there against 1.42 on one thread and 1.48 on two sleeping (a Zen 4 machine). Beyond 4
+  // sequences the sleeping session runs every step, so the HTTP thread finds a core while 16
+  // streams generate. The cost is a third copy of the weights (runtime/session-choice.ts,
+  // bench/README.md "Spinning for a few streams").
+  ORT_SPINNING_SESSION: bool.default(true),
   // A decode run's tokens are posted to the HTTP thread at most this often when its steps are
   // faster (a few steps a post; a sequence's first tokens and its end go at once): each post
   // wakes that thread, ~0.1 ms of a 1.6 ms step at one stream of m25 int4. 0 posts every

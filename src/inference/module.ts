@@ -26,6 +26,7 @@ export const inferenceModule: Module = {
       threadsSched: c.MODEL_THREADS_SCHED,
       threadsSpin: c.ORT_INTRA_OP_SPIN,
       narrowSession: c.ORT_NARROW_SESSION,
+      spinningSession: c.ORT_SPINNING_SESSION,
       tokensPostIntervalMs: c.TOKENS_POST_INTERVAL_MS,
       options: { admissionWaitMsMax: c.ADMISSION_WAIT_MS_MAX },
       dtype: c.MODEL_DTYPE,

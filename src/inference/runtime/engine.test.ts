@@ -265,11 +265,11 @@ describe.skipIf(!fs.existsSync(HF))('a real Hugging Face optimum export (../shar
   }, 60_000);
 });
 
-describe('engine with a one-thread session beside the every-core one', () => {
-  it('gives the same greedy tokens while its first steps alternate between the two sessions (both read the one KV cache)', async () => {
-    // Two threads and the narrow session: SessionChoice alternates sessions while it measures
-    // (its first ten steps of each size), so these generations switch sessions mid-sequence.
-    const both = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 2, narrowSession: true, options: { batchSizeMax: 32 } });
+describe('engine with a one-thread and a spinning session beside the every-core one', () => {
+  it('gives the same greedy tokens while its first steps alternate between the three sessions (all read the one KV cache)', async () => {
+    // Two threads, the narrow and the spinning session: SessionChoice takes sessions in turns while
+    // it measures (its first fifteen steps of each size), so these generations switch sessions mid-sequence.
+    const both = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 2, narrowSession: true, spinningSession: true, options: { batchSizeMax: 32 } });
     try {
       for (const i of [0, 3, 7]) {
         const want = await collect(greedy(prompt(i), 16));
@@ -281,11 +281,12 @@ describe('engine with a one-thread session beside the every-core one', () => {
       const want = await Promise.all(many.map((p) => collect(greedy(p, 10))));
       const got = await Promise.all(many.map((p) => collect(both.generate(gen(), { promptTokens: p, maxTokens: 10, temperature: 0, topP: 1, stop: [] }))));
       expect(got.map((g) => g.ids)).toEqual(want.map((g) => g.ids));
-      // Both sessions ran passes, and the counter says so.
+      // Every session ran passes (four rows are few enough to spin), and the counter says so.
       const passes = (await registries.inference.getSingleMetric('cloudgate_engine_forward_passes_total')!.get()).values.filter((v) => v.labels.model_name === gen());
       const on = (threads: string) => passes.filter((v) => v.labels.threads === threads).reduce((n, v) => n + v.value, 0);
       expect(on('one')).toBeGreaterThan(0);
       expect(on('all')).toBeGreaterThan(0);
+      expect(on('all_spinning')).toBeGreaterThan(0);
     } finally {
       await both.close();
     }

@@ -7,6 +7,7 @@ import type { ChatMessage, GenerateEvent, GenerateRequest, InferenceEngine, Scor
 import { defaultEngineOptions, type EngineOptions } from './options.js';
 import { Runner } from './runner.js';
 import { Scheduler } from './scheduler.js';
+import type { LoadedSessions } from './session-choice.js';
 import type { ThreadSpin } from './spin.js';
 import type { ModelThreadSched } from './thread-policy.js';
 import { ModelText } from './text.js';
@@ -35,8 +36,10 @@ export interface EngineConfig {
   threadsSched?: ModelThreadSched;
   /** ORT_INTRA_OP_SPIN: how intra-op threads wait between operators (spin.ts); default `off`. */
   threadsSpin?: ThreadSpin;
-  /** ORT_NARROW_SESSION: a model on several threads also loads a one-thread session for narrow steps (narrowSessionFor). */
+  /** ORT_NARROW_SESSION: a model on several threads also loads a one-thread session for narrow steps (extraSessionsFor). */
   narrowSession?: boolean;
+  /** ORT_SPINNING_SESSION: such a model also loads a session whose threads spin while a step runs, for steps while few sequences run (extraSessionsFor). */
+  spinningSession?: boolean;
   /** TOKENS_POST_INTERVAL_MS: how long a decode run's fast steps are held before their tokens are posted (token-posts.ts). */
   tokensPostIntervalMs?: number;
   /** MODEL_DTYPE: the weight variant served by every folder that holds it, over cloudgate.json's `dtype` */
@@ -53,12 +56,12 @@ export interface EngineConfig {
 const MULTI_THREAD_MODEL_BYTES_MIN = 4 * 2 ** 20;
 
 /**
- * Above this size a model gets no one-thread session beside its every-core one
- * (session-choice.ts): it would hold a second copy of the weights, and a step of such a
- * model is long enough that the other threads' wake-ups are a small part of it (m110 int8,
- * 98 MB, already steps faster on two threads at batch 1).
+ * Above this size a model gets no one-thread or spinning session beside its every-core one
+ * (session-choice.ts): each holds another copy of the weights, and a step of such a model is
+ * long enough that the other threads' wake-ups are a small part of it (m110 int8, 98 MB,
+ * already steps faster on two threads at batch 1).
  */
-const NARROW_SESSION_MODEL_BYTES_MAX = 256 * 2 ** 20;
+const EXTRA_SESSIONS_MODEL_BYTES_MAX = 256 * 2 ** 20;
 
 /** A model's graph and weights on disk. */
 function modelBytes(modelFile: string): number {
@@ -72,9 +75,14 @@ export function threadsFor(modelFile: string): number {
   return modelBytes(modelFile) < MULTI_THREAD_MODEL_BYTES_MIN ? 1 : os.availableParallelism();
 }
 
-/** Whether a model on `threads` intra-op threads also gets a one-thread session for narrow steps. */
-export function narrowSessionFor(modelFile: string, threads: number): boolean {
-  return threads > 1 && modelBytes(modelFile) <= NARROW_SESSION_MODEL_BYTES_MAX;
+/**
+ * The sessions a CPU model on `threads` intra-op threads loads beside its every-core one, as
+ * ORT_NARROW_SESSION and ORT_SPINNING_SESSION allow: a one-thread session, and one whose threads
+ * spin while a step runs, which only differs from the every-core one when that one's sleep.
+ */
+export function extraSessionsFor(modelFile: string, threads: number, allow: { narrow: boolean; spinning: boolean; spin: ThreadSpin }): LoadedSessions {
+  const fits = threads > 1 && modelBytes(modelFile) <= EXTRA_SESSIONS_MODEL_BYTES_MAX;
+  return { narrow: fits && allow.narrow, spinning: fits && allow.spinning && allow.spin === 'off' };
 }
 
 /** The weight variant a folder serves: the daemon-wide choice where the folder has it, else its cloudgate.json's. */
@@ -85,6 +93,13 @@ export function pickVariant(dir: string, own: ModelDtype, daemonWide?: ModelDtyp
   }
   if (!fs.existsSync(path.join(dir, modelFileOf(own)))) throw new Error(`cloudgate.json dtype ${own}: ${modelFileOf(own)} is missing`);
   return own;
+}
+
+/** The worker's init fields for the extra sessions of a model (none off CPU). */
+function extraSessions(cfg: EngineConfig, modelPath: string, threads: number): { narrowSession: boolean; spinningSession: boolean } {
+  if (cfg.executionProvider !== 'cpu') return { narrowSession: false, spinningSession: false };
+  const x = extraSessionsFor(modelPath, threads, { narrow: cfg.narrowSession !== false, spinning: cfg.spinningSession !== false, spin: cfg.threadsSpin ?? 'off' });
+  return { narrowSession: x.narrow, spinningSession: x.spinning };
 }
 
 export class Engine implements InferenceEngine {
@@ -114,7 +129,7 @@ export class Engine implements InferenceEngine {
           executionProvider: cfg.executionProvider,
           strict: cfg.strict,
           intraOpThreads: threads,
-          narrowSession: cfg.narrowSession !== false && cfg.executionProvider === 'cpu' && narrowSessionFor(modelPath, threads),
+          ...extraSessions(cfg, modelPath, threads),
           positionsMax: c.contextLength,
           nice: cfg.threadsNice ?? 0,
           sched: cfg.threadsSched ?? 'normal',

@@ -37,6 +37,11 @@ export class KvStore {
 
   constructor(private readonly layout: KvLayout) {}
 
+  /** Sequences holding a cache. */
+  get live(): number {
+    return this.caches.size;
+  }
+
   alloc(n: number): KvBuffer {
     return this.layout.kvType === 'float16' ? new Uint16Array(n) : new Float32Array(n);
   }

@@ -21,6 +21,8 @@ export interface InitMsg {
   intraOpThreads: number;
   /** Also load a one-thread session of the model graph; steps of a few tokens run on whichever is faster (session-choice.ts). */
   narrowSession: boolean;
+  /** Also load a session on every core whose threads spin while a run lasts; steps while few sequences run may go there (session-choice.ts). */
+  spinningSession: boolean;
   /** Niceness of the worker and its ONNX threads (Linux; 0 leaves them at the process's). */
   nice: number;
   /** Their scheduling policy (thread-policy.ts). */
@@ -35,7 +37,7 @@ export interface InitMsg {
   tokenTexts?: Array<string | null>;
 }
 
-/** Forward passes the worker has run since it started, by session: its every-core one (wide) and its one-thread one (narrow). */
+/** Forward passes the worker has run since it started, by session: every core sleeping (wide), one thread (narrow), every core spinning (spinning). */
 export type ModelPasses = Record<SessionKind, number>;
 
 export interface Arch {

@@ -59,7 +59,7 @@ export class Runner {
   }
 
   private async spawn(): Promise<Arch> {
-    this.passesSeen = { wide: 0, narrow: 0 }; // a new worker counts from zero
+    this.passesSeen = { wide: 0, narrow: 0, spinning: 0 }; // a new worker counts from zero
     const worker = new Worker(workerPath());
     const init = this.init;
     const arch = await new Promise<Arch>((resolve, reject) => {
@@ -188,10 +188,11 @@ export class Runner {
   }
 
   /** The worker's pass counts since it started, as seen last: the counter takes the difference. */
-  private passesSeen: ModelPasses = { wide: 0, narrow: 0 };
+  private passesSeen: ModelPasses = { wide: 0, narrow: 0, spinning: 0 };
   private countPasses(p: ModelPasses): void {
     M.passes.inc({ model: this.modelId, threads: 'all' }, p.wide - this.passesSeen.wide);
     M.passes.inc({ model: this.modelId, threads: 'one' }, p.narrow - this.passesSeen.narrow);
+    M.passes.inc({ model: this.modelId, threads: 'all_spinning' }, p.spinning - this.passesSeen.spinning);
     this.passesSeen = { ...p };
   }
 

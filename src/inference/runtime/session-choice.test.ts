@@ -1,63 +1,102 @@
 import { describe, expect, it } from 'vitest';
-import { NARROW_STEP_TOKENS_MAX, SessionChoice, type SessionKind } from './session-choice.js';
+import { NARROW_STEP_TOKENS_MAX, SessionChoice, SPINNING_SEQUENCES_MAX, sessionsFor, type SessionKind } from './session-choice.js';
 
-/** Runs `steps` steps of `tokens` tokens, each taking what `cost` says for its session; counts where they ran. */
-function drive(c: SessionChoice, tokens: number, steps: number, cost: (k: SessionKind) => number): Record<SessionKind, number> {
-  const ran = { narrow: 0, wide: 0 };
+const PAIR: SessionKind[] = ['wide', 'narrow'];
+const ALL: SessionKind[] = ['wide', 'narrow', 'spinning'];
+
+/** Runs `steps` steps of `tokens` tokens on the allowed `kinds`, each taking what `cost` says for its session; counts where they ran. */
+function drive(c: SessionChoice, tokens: number, steps: number, cost: (k: SessionKind) => number, kinds: SessionKind[] = PAIR): Record<SessionKind, number> {
+  const ran = { narrow: 0, wide: 0, spinning: 0 };
   for (let i = 0; i < steps; i++) {
-    const k = c.pick(tokens);
+    const k = c.pick(tokens, kinds);
+    expect(kinds).toContain(k);
     ran[k]++;
     c.record(tokens, k, cost(k));
   }
   return ran;
 }
 
+describe('sessionsFor', () => {
+  const loaded = { narrow: true, spinning: true };
+  it('offers one thread only to steps of at most NARROW_STEP_TOKENS_MAX tokens', () => {
+    expect(sessionsFor(NARROW_STEP_TOKENS_MAX, 1, loaded)).toEqual(ALL);
+    expect(sessionsFor(NARROW_STEP_TOKENS_MAX + 1, 1, loaded)).toEqual(['wide', 'spinning']);
+  });
+  it('offers spinning threads only while the model holds at most SPINNING_SEQUENCES_MAX sequences', () => {
+    expect(sessionsFor(4, SPINNING_SEQUENCES_MAX, loaded)).toEqual(ALL);
+    expect(sessionsFor(16, 16, loaded)).toEqual(PAIR);
+    expect(sessionsFor(512, 16, loaded)).toEqual(['wide']);
+  });
+  it('offers only the sessions the model loaded', () => {
+    expect(sessionsFor(1, 1, { narrow: false, spinning: false })).toEqual(['wide']);
+    expect(sessionsFor(1, 1, { narrow: false, spinning: true })).toEqual(['wide', 'spinning']);
+  });
+});
+
 describe('SessionChoice', () => {
   it('measures both sessions, then runs each step size on the faster and retries the other now and then', () => {
     const c = new SessionChoice();
-    expect(c.chosen(1)).toBeUndefined();
+    expect(c.chosen(1, PAIR)).toBeUndefined();
     const ran = drive(c, 1, 650, (k) => (k === 'narrow' ? 1.3 : 2.0));
-    expect(c.chosen(1)).toBe('narrow');
+    expect(c.chosen(1, PAIR)).toBe('narrow');
     // 5 runs each to measure, then one retry of the slower every 64 steps
     expect(ran.wide).toBeGreaterThanOrEqual(5);
     expect(ran.wide).toBeLessThan(20);
     // another size is measured on its own: at 8 rows the wide session is the faster here
     drive(c, 8, 40, (k) => (k === 'narrow' ? 5.5 : 4.7));
-    expect(c.chosen(8)).toBe('wide');
-    expect(c.chosen(1)).toBe('narrow');
+    expect(c.chosen(8, PAIR)).toBe('wide');
+    expect(c.chosen(1, PAIR)).toBe('narrow');
   });
 
-  it('never runs a step of more than NARROW_STEP_TOKENS_MAX tokens on one thread', () => {
+  it('with one session allowed runs every step there and measures nothing', () => {
     const c = new SessionChoice();
-    const ran = drive(c, NARROW_STEP_TOKENS_MAX + 1, 100, (k) => (k === 'narrow' ? 0.1 : 9));
-    expect(ran).toEqual({ narrow: 0, wide: 100 });
-    expect(c.chosen(512)).toBe('wide');
+    const ran = drive(c, NARROW_STEP_TOKENS_MAX + 1, 100, () => 9, ['wide']);
+    expect(ran).toEqual({ narrow: 0, wide: 100, spinning: 0 });
+    expect(c.chosen(512, ['wide'])).toBe('wide');
+  });
+
+  it('picks the fastest of three, tries each other one in turn, and keeps to the allowed ones', () => {
+    const c = new SessionChoice();
+    const cost = (k: SessionKind) => ({ narrow: 1.4, wide: 1.5, spinning: 1.06 })[k];
+    const ran = drive(c, 1, 1300, cost, ALL);
+    expect(c.chosen(1, ALL)).toBe('spinning');
+    expect(ran.spinning).toBeGreaterThan(1250);
+    // both others are retried: 5 runs to measure and about one in 128 steps each after
+    for (const k of ['narrow', 'wide'] as const) {
+      expect(ran[k]).toBeGreaterThanOrEqual(5 + 8);
+      expect(ran[k]).toBeLessThan(5 + 20);
+    }
+    // the same size with spinning not allowed (many sequences): the faster of the other two, from the same estimates
+    expect(c.chosen(1, PAIR)).toBe('narrow');
+    const pair = drive(c, 1, 100, cost, PAIR);
+    expect(pair.spinning).toBe(0);
+    expect(pair.narrow).toBeGreaterThan(95);
   });
 
   it('follows a change of load, but not noise within the margin', () => {
     const c = new SessionChoice();
     let narrowMs = 1.3;
     drive(c, 1, 200, (k) => (k === 'narrow' ? narrowMs : 2.0));
-    expect(c.chosen(1)).toBe('narrow');
+    expect(c.chosen(1, PAIR)).toBe('narrow');
     // narrow slows to within 10 % of wide: it stays
     narrowMs = 1.9;
     drive(c, 1, 500, (k) => (k === 'narrow' ? narrowMs : 2.0));
-    expect(c.chosen(1)).toBe('narrow');
+    expect(c.chosen(1, PAIR)).toBe('narrow');
     // narrow is now clearly slower: the retries of wide see it, and the size moves over
     narrowMs = 3.0;
     drive(c, 1, 800, (k) => (k === 'narrow' ? narrowMs : 2.0));
-    expect(c.chosen(1)).toBe('wide');
+    expect(c.chosen(1, PAIR)).toBe('wide');
   });
 
   it('does not count the first run of a session (it allocates)', () => {
     const c = new SessionChoice();
-    let first = { narrow: true, wide: true };
+    let first = { narrow: true, wide: true, spinning: true };
     drive(c, 2, 12, (k) => {
       const ms = first[k] ? 100 : k === 'narrow' ? 1 : 2;
       first = { ...first, [k]: false };
       return ms;
     });
-    expect(c.chosen(2)).toBe('narrow');
+    expect(c.chosen(2, PAIR)).toBe('narrow');
   });
 
   it('is not held on the slower session by a few slow runs at the start (a new shape, a cold cache)', () => {
@@ -67,7 +106,7 @@ describe('SessionChoice', () => {
       if (k === 'wide') return 2.4;
       return ++narrowRuns <= 4 ? 12 : 1.6; // one thread's first runs are slow, then it is the faster
     });
-    expect(c.chosen(1)).toBe('narrow');
+    expect(c.chosen(1, PAIR)).toBe('narrow');
     expect(ran.narrow).toBeGreaterThan(150);
   });
 });

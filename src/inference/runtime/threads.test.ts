@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { narrowSessionFor, threadsFor } from './engine.js';
+import { extraSessionsFor, threadsFor } from './engine.js';
 
 /** Runs `fn` with a model file path in a fresh folder; `size` sets a file's size (sparse). */
 function withModelDir(fn: (file: string, size: (f: string, bytes: number) => void) => void): void {
@@ -35,13 +35,22 @@ describe('threadsFor (ORT_INTRA_OP_THREADS unset)', () => {
     }));
 });
 
-describe('narrowSessionFor', () => {
-  it('gives a model on several threads a one-thread session too, unless its weights are over 256 MiB', () =>
+describe('extraSessionsFor', () => {
+  const allow = { narrow: true, spinning: true, spin: 'off' } as const;
+  it('gives a model on several threads a one-thread and a spinning session too, unless its weights are over 256 MiB', () =>
     withModelDir((file, size) => {
       size(file, 18 * 2 ** 20);
-      expect(narrowSessionFor(file, 2)).toBe(true);
-      expect(narrowSessionFor(file, 1)).toBe(false); // one thread already
+      expect(extraSessionsFor(file, 2, allow)).toEqual({ narrow: true, spinning: true });
+      expect(extraSessionsFor(file, 1, allow)).toEqual({ narrow: false, spinning: false }); // one thread already
       size(`${file}.data`, 300 * 2 ** 20);
-      expect(narrowSessionFor(file, 2)).toBe(false);
+      expect(extraSessionsFor(file, 2, allow)).toEqual({ narrow: false, spinning: false });
+    }));
+  it('loads each only where its setting allows, and no spinning one where the every-core session spins already', () =>
+    withModelDir((file, size) => {
+      size(file, 18 * 2 ** 20);
+      expect(extraSessionsFor(file, 2, { ...allow, narrow: false })).toEqual({ narrow: false, spinning: true });
+      expect(extraSessionsFor(file, 2, { ...allow, spinning: false })).toEqual({ narrow: true, spinning: false });
+      expect(extraSessionsFor(file, 2, { ...allow, spin: 'run' })).toEqual({ narrow: true, spinning: false });
+      expect(extraSessionsFor(file, 2, { ...allow, spin: 'always' })).toEqual({ narrow: true, spinning: false });
     }));
 });

@@ -8,7 +8,7 @@ import { KvSlots, slotStepDone, slotStepFeeds } from './kv-slots.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
-import { SessionChoice } from './session-choice.js';
+import { SessionChoice, sessionsFor } from './session-choice.js';
 import { spinSessionConfig } from './spin.js';
 import { scheduleThisThreadIdle } from './thread-policy.js';
 import { sharedNow, TOKENS_POSTED_AT_ONCE, TokenPosts } from './token-posts.js';
@@ -27,6 +27,8 @@ interface WorkerState {
   session: ort.InferenceSession;
   /** The same graph on one intra-op thread, for steps of a few tokens (session-choice.ts); with `choice`. */
   narrow: ort.InferenceSession | undefined;
+  /** The same graph on every core with threads spinning while a run lasts, for steps while few sequences run (session-choice.ts); with `choice`. */
+  spinning: ort.InferenceSession | undefined;
   choice: SessionChoice | undefined;
   /** The shared-prefix graph (branch.onnx) of evaluation models, when there is one. */
   branchSession: ort.InferenceSession | undefined;
@@ -65,7 +67,7 @@ const w = {
   tokensPostIntervalMs: 0,
   busy: false,
   queue: Promise.resolve(),
-  passes: { wide: 0, narrow: 0 },
+  passes: { wide: 0, narrow: 0, spinning: 0 },
 } as Partial<WorkerState> as WorkerState;
 
 function halfToFloat(h: number): number {
@@ -123,11 +125,18 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     // Threads are per session: one thread here, every core in `session`. Only faster, so a failure leaves it out.
     try {
       w.narrow = await ort.InferenceSession.create(msg.modelPath, { ...base, intraOpNumThreads: 1, executionProviders: ['cpu'] });
-      w.choice = new SessionChoice();
     } catch (e) {
       port.postMessage({ type: 'warning', message: `one-thread session not loaded (${(e as Error).message}); every step runs on ${msg.intraOpThreads} threads` } satisfies WorkerEvent);
     }
   }
+  if (msg.spinningSession) {
+    try {
+      w.spinning = await ort.InferenceSession.create(msg.modelPath, { ...base, extra: { session: spinSessionConfig('run') }, executionProviders: ['cpu'] });
+    } catch (e) {
+      port.postMessage({ type: 'warning', message: `spinning session not loaded (${(e as Error).message}); steps run on sleeping threads` } satisfies WorkerEvent);
+    }
+  }
+  if (w.narrow || w.spinning) w.choice = new SessionChoice();
   const meta = w.session.inputMetadata;
   const slotCache = meta.some((m) => m.name === 'cache_bias');
   const pastKeys = meta.filter((m) => (slotCache ? /^cache\.\d+\.key$/ : /^past_key_values\.\d+\.key$/).test(m.name));
@@ -301,14 +310,15 @@ function afterStep(rows: StepRow[], kvs: Kv[], out: ort.InferenceSession.OnnxVal
   return lastLogits(out.logits!, rows.length);
 }
 
-/** Runs the model graph on a step of `tokens` tokens (rows x new tokens), on whichever session is faster for that size. */
+/** Runs the model graph on a step of `tokens` tokens (rows x new tokens), on whichever session is faster for that size now. */
 async function runModel(feeds: Record<string, ort.Tensor>, tokens: number): Promise<ort.InferenceSession.OnnxValueMapType> {
-  const narrow = w.narrow;
-  if (!narrow || !w.choice) {
+  if (!w.choice) {
     w.passes.wide++;
     return w.session.run(feeds);
   }
-  const { out, kind } = await w.choice.run(tokens, (k) => (k === 'narrow' ? narrow : w.session).run(feeds));
+  const sessions = { wide: w.session, narrow: w.narrow, spinning: w.spinning };
+  const kinds = sessionsFor(tokens, (w.slots ?? w.store).live, { narrow: !!w.narrow, spinning: !!w.spinning });
+  const { out, kind } = await w.choice.run(tokens, kinds, (k) => sessions[k]!.run(feeds));
   w.passes[kind]++;
   return out;
 }
@@ -689,6 +699,7 @@ port.on('message', async (msg: WorkerCommand) => {
       return serial(msg, async () => {
         await w.session?.release();
         await w.narrow?.release();
+        await w.spinning?.release();
         await w.branchSession?.release();
         port.postMessage({ type: 'done', id: msg.id } satisfies WorkerEvent);
       });
