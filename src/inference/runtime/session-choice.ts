@@ -26,22 +26,42 @@ export const NARROW_STEP_TOKENS_MAX = 32;
  * runs every step.
  */
 export const SPINNING_SEQUENCES_MAX = 4;
-/** Samples per session and size before the fastest one is trusted (each session's first run is not counted: it allocates). */
+/** Counted runs per session and size before the fastest one is trusted. */
 const SAMPLES_TO_TRUST = 4;
 /** How often another session is tried again for a size, in steps of that size: an estimate must follow the load. */
 const RETRY_OTHER_EVERY_STEPS = 64;
 /**
- * A session's step time for a size is the fastest of its last this many runs. Runs are made
- * slow, never fast, by what is not the session's own doing: a new input shape (onnxruntime
- * plans its memory per shape), a pre-empted thread, a cold cache. A running mean carried such
- * runs for hundreds of steps and held a size on the slower session (m25 int4's one stream ran
- * on two threads at 2.4 ms a step when one thread took 1.6).
+ * A session runs this many steps in a row whenever it is measured or tried again, and the first
+ * of them is not counted: each session holds its own copy of the weights, and the first step
+ * after others ran finds them out of the caches (and its threads asleep). Single retries counted
+ * that cost: one stream of m25 int4 stayed 14 s on one thread at 1.5 ms a step before its
+ * retries showed spinning threads faster (1.1 ms once they ran).
+ */
+const BURST_STEPS = 3;
+/**
+ * While the sessions are first measured, in turns, a session's step time for a size is the
+ * fastest of its last this many runs. Runs are made slow, never fast, by what is not the
+ * session's own doing: a new input shape (onnxruntime plans its memory per shape), a pre-empted
+ * thread, a cold cache. A running mean carried such runs for hundreds of steps and held a size on
+ * the slower session (m25 int4's one stream ran on two threads at 2.4 ms a step when one thread
+ * took 1.6). The session a size runs on is judged against its last this many runs too.
  */
 const RECENT_RUNS = 8;
 /**
- * How much faster another session must have become before a size changes sessions: the
- * daemon's steps share the cores with the HTTP thread, and without a margin two sessions
- * within that noise of each other took turns for long stretches.
+ * Once a size runs on one session, another is judged by its retries, each against the running
+ * session's runs just before it (their median): this machine's speed drifts by up to 2x within
+ * seconds, and the fastest of a retried session's last 8 runs, spread over a thousand steps, was
+ * compared with the fastest of the running one's last 8 steps, a few milliseconds: the retried
+ * one looked faster because it had met a faster moment, and one stream of m25 int4 spent 8 s of
+ * 15 on one thread at 1.7 ms a step where spinning threads took 1.2 (bench/README.md "Spinning
+ * for a few streams"). A size moves when the median of another's last this many ratios is past
+ * the margin.
+ */
+const RATIOS_TO_SWITCH = 4;
+/**
+ * How much faster another session must be before a size changes sessions: the daemon's steps
+ * share the cores with the HTTP thread, and without a margin two sessions within that noise of
+ * each other took turns for long stretches.
  */
 const SWITCH_MARGIN = 0.1;
 
@@ -60,24 +80,33 @@ export function sessionsFor(tokens: number, sequences: number, loaded: LoadedSes
 }
 
 interface Estimate {
-  /** Runs seen, the uncounted first included. */
+  /** Runs seen, the uncounted included. */
   runs: number;
   /** The last RECENT_RUNS run times, oldest first. */
   recent: number[];
 }
 
-/** One step size's estimates, and per set of allowed sessions the one its steps run on. */
+/** One step size's estimates, and per set of allowed sessions (kinds joined) the one its steps run on. */
 interface Bucket {
   est: Record<SessionKind, Estimate>;
-  /** By allowed set (kinds joined): the session its steps run on once all are measured. */
+  /** The session its steps run on once all are measured. */
   current: Map<string, SessionKind>;
-  /** By allowed set: steps since another session was last tried, and which was tried last. */
+  /** Steps since another session was last tried, and which was tried last. */
   sinceRetry: Map<string, number>;
   lastRetried: Map<string, SessionKind>;
+  /** By set and kind (`set|kind`): the kind's last retries, each over the running session's recent median. */
+  ratios: Map<string, number[]>;
+  /** The session being measured or tried: its steps left in a row, and whether the next run is the first (not counted). */
+  burst: { kind: SessionKind; left: number; first: boolean } | undefined;
 }
 
 function fastestMs(e: Estimate): number {
   return Math.min(...e.recent);
+}
+
+function medianOf(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[s.length >> 1]!;
 }
 
 /** Step sizes in buckets of powers of two: 1, 2, 3-4, 5-8, ... tokens. */
@@ -93,31 +122,58 @@ export class SessionChoice {
     let b = this.buckets.get(key);
     if (!b) {
       const none = (): Estimate => ({ runs: 0, recent: [] });
-      b = { est: { narrow: none(), wide: none(), spinning: none() }, current: new Map(), sinceRetry: new Map(), lastRetried: new Map() };
+      b = { est: { narrow: none(), wide: none(), spinning: none() }, current: new Map(), sinceRetry: new Map(), lastRetried: new Map(), ratios: new Map(), burst: undefined };
       this.buckets.set(key, b);
     }
     return b;
   }
 
-  /** The session of these allowed ones now: once all are measured, the fastest, changed only past the margin. */
+  /**
+   * The session of these allowed ones now: once all are measured (in turns), the fastest; after
+   * that another only when its retries, each against the running one's runs beside it, say it is
+   * faster past the margin.
+   */
   private current(b: Bucket, kinds: readonly SessionKind[]): SessionKind | undefined {
     if (kinds.length === 1) return kinds[0];
-    if (kinds.some((k) => b.est[k].runs <= SAMPLES_TO_TRUST)) return undefined;
+    if (kinds.some((k) => b.est[k].recent.length < SAMPLES_TO_TRUST)) return undefined;
     const key = kinds.join();
-    let fastest = kinds[0]!;
-    for (const k of kinds) if (fastestMs(b.est[k]) < fastestMs(b.est[fastest])) fastest = k;
     const now = b.current.get(key);
-    if (now === undefined || !kinds.includes(now) || fastestMs(b.est[fastest]) < fastestMs(b.est[now]) * (1 - SWITCH_MARGIN)) b.current.set(key, fastest);
-    return b.current.get(key);
+    if (now === undefined || !kinds.includes(now)) {
+      let fastest = kinds[0]!;
+      for (const k of kinds) if (fastestMs(b.est[k]) < fastestMs(b.est[fastest])) fastest = k;
+      b.current.set(key, fastest);
+      return fastest;
+    }
+    let best: { kind: SessionKind; ratio: number } | undefined;
+    for (const k of kinds) {
+      const r = b.ratios.get(`${key}|${k}`);
+      if (k === now || !r || r.length < RATIOS_TO_SWITCH) continue;
+      const ratio = medianOf(r);
+      if (ratio < 1 - SWITCH_MARGIN && (!best || ratio < best.ratio)) best = { kind: k, ratio };
+    }
+    if (!best) return now;
+    // The ratios were against the session that ran until now: each kind starts again against the new one.
+    for (const k of kinds) b.ratios.delete(`${key}|${k}`);
+    b.current.set(key, best.kind);
+    return best.kind;
   }
 
   /** The session a step of `tokens` tokens (rows x new tokens) should run on, of the allowed `kinds` (sessionsFor). */
   pick(tokens: number, kinds: readonly SessionKind[]): SessionKind {
     const b = this.of(tokens);
+    if (kinds.length === 1) return kinds[0]!;
+    if (b.burst && b.burst.left > 0 && kinds.includes(b.burst.kind)) {
+      b.burst.left--;
+      return b.burst.kind;
+    }
+    b.burst = undefined;
     const now = this.current(b, kinds);
-    // Until all are known, take them in turns (the one with fewest runs goes next).
-    if (now === undefined) return kinds.reduce((a, k) => (b.est[k].runs < b.est[a].runs ? k : a));
-    if (kinds.length === 1) return now;
+    const burst = (kind: SessionKind): SessionKind => {
+      b.burst = { kind, left: BURST_STEPS - 1, first: true };
+      return kind;
+    };
+    // Until all are known, take them in turns, a burst each (the one with fewest runs goes next).
+    if (now === undefined) return burst(kinds.reduce((a, k) => (b.est[k].runs < b.est[a].runs ? k : a)));
     const key = kinds.join();
     const since = ((b.sinceRetry.get(key) ?? 0) + 1) % RETRY_OTHER_EVERY_STEPS;
     b.sinceRetry.set(key, since);
@@ -127,14 +183,27 @@ export class SessionChoice {
     const last = b.lastRetried.get(key);
     const next = others[(others.indexOf(last as SessionKind) + 1) % others.length]!;
     b.lastRetried.set(key, next);
-    return next;
+    return burst(next);
   }
 
-  /** Counts a step's run time into its session's estimate for its size. */
-  record(tokens: number, kind: SessionKind, ms: number): void {
-    const s = this.of(tokens).est[kind];
+  /** Counts a step's run time into its session's estimate for its size, with the allowed `kinds` it was picked from. */
+  record(tokens: number, kinds: readonly SessionKind[], kind: SessionKind, ms: number): void {
+    const b = this.of(tokens);
+    const s = b.est[kind];
     s.runs++;
-    if (s.runs === 1) return;
+    if (b.burst?.kind === kind && b.burst.first) {
+      b.burst.first = false; // cold: its weights out of the caches
+      return;
+    }
+    const key = kinds.join();
+    const now = b.current.get(key);
+    if (now !== undefined && now !== kind && kinds.includes(now) && b.est[now].recent.length > 0) {
+      // A retry: judged against the running session's runs just before it.
+      const r = b.ratios.get(`${key}|${kind}`) ?? [];
+      r.push(ms / medianOf(b.est[now].recent));
+      if (r.length > RATIOS_TO_SWITCH) r.shift();
+      b.ratios.set(`${key}|${kind}`, r);
+    }
     s.recent.push(ms);
     if (s.recent.length > RECENT_RUNS) s.recent.shift();
   }
@@ -144,7 +213,7 @@ export class SessionChoice {
     const kind = this.pick(tokens, kinds);
     const t0 = performance.now();
     const out = await on(kind);
-    if (kinds.length > 1) this.record(tokens, kind, performance.now() - t0);
+    if (kinds.length > 1) this.record(tokens, kinds, kind, performance.now() - t0);
     return { out, kind };
   }
 
