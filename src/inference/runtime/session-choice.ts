@@ -28,8 +28,13 @@ export const NARROW_STEP_TOKENS_MAX = 32;
 export const SPINNING_SEQUENCES_MAX = 4;
 /** Counted runs per session and size before the fastest one is trusted. */
 const SAMPLES_TO_TRUST = 4;
-/** How often another session is tried again for a size, in steps of that size: an estimate must follow the load. */
-const RETRY_OTHER_EVERY_STEPS = 64;
+/**
+ * How often another session is tried again for a size, in steps of that size: an estimate must
+ * follow the load, and each retry (a burst, below) runs steps on a session that was slower. At
+ * 64, one stream of m25 int4 ran 18 of every 400 steps on the slower sessions (~2 % of its
+ * rate); at 256 a change of load is still seen within a few seconds at 16 rows of 7 ms.
+ */
+const RETRY_OTHER_EVERY_STEPS = 256;
 /**
  * A session runs this many steps in a row whenever it is measured or tried again, and the first
  * of them is not counted: each session holds its own copy of the weights, and the first step
