@@ -267,8 +267,9 @@ describe.skipIf(!fs.existsSync(HF))('a real Hugging Face optimum export (../shar
 
 describe('engine with a one-thread and a spinning session beside the every-core one', () => {
   it('gives the same greedy tokens while its first steps alternate between the three sessions (all read the one KV cache)', async () => {
-    // Two threads, the narrow and the spinning session: SessionChoice takes sessions in turns while
-    // it measures (its first fifteen steps of each size), so these generations switch sessions mid-sequence.
+    // Two threads, the narrow and the spinning session: SessionChoice takes sessions in turns, 3 steps
+    // each, while it measures a size (the warm-up at load measured one row's decode steps; prompts and
+    // 4-row steps are measured here), so these generations switch sessions mid-sequence.
     const both = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 2, narrowSession: true, spinningSession: true, options: { batchSizeMax: 32 } });
     try {
       for (const i of [0, 3, 7]) {
@@ -276,10 +277,11 @@ describe('engine with a one-thread and a spinning session beside the every-core 
         const got = await collect(both.generate(gen(), { promptTokens: prompt(i), maxTokens: 16, temperature: 0, topP: 1, stop: [] }));
         expect(got.ids).toEqual(want.ids);
       }
-      // several rows at once, decoding together
+      // several rows at once, decoding together for 30 steps (end of text, id 2, ruled out): two bursts on each session
       const many = [1, 2, 4, 5].map((i) => prompt(i));
-      const want = await Promise.all(many.map((p) => collect(greedy(p, 10))));
-      const got = await Promise.all(many.map((p) => collect(both.generate(gen(), { promptTokens: p, maxTokens: 10, temperature: 0, topP: 1, stop: [] }))));
+      const adjust = { bias: [[2, -100]] as const, presence: 0, frequency: 0 };
+      const want = await Promise.all(many.map((p) => collect(greedy(p, 30, { adjust }))));
+      const got = await Promise.all(many.map((p) => collect(both.generate(gen(), { promptTokens: p, maxTokens: 30, temperature: 0, topP: 1, stop: [], adjust }))));
       expect(got.map((g) => g.ids)).toEqual(want.map((g) => g.ids));
       // Every session ran passes (four rows are few enough to spin), and the counter says so.
       const passes = (await registries.inference.getSingleMetric('cloudgate_engine_forward_passes_total')!.get()).values.filter((v) => v.labels.model_name === gen());

@@ -624,6 +624,37 @@ function free(seqs: number[]): void {
   for (const s of seqs) if (w.store.delete(s)) samplers.delete(s);
 }
 
+/** Decode steps of the warm-up: enough for the session choice's measuring bursts of every session at batch 1 (3 sessions x 2 bursts of 3). */
+const WARM_UP_DECODE_STEPS = 24;
+/** The warm-up's prompt, in tokens: a short chat prompt's size (the benchmarks' is 20). */
+const WARM_UP_PROMPT_TOKENS = 16;
+/**
+ * Runs a throwaway sequence through the model before it is reported ready, as llama.cpp's server
+ * and vLLM do at start: a fresh daemon's first request took 30-34 ms to its first token and ran
+ * at ~330 tokens/s where the following ones took ~10 ms and ~600 (m25 int4, one stream), paying
+ * for each session's first runs, the slot cache's buffers and, with several sessions, the session
+ * choice's measuring. Only a slot-cache model with several sessions gains enough to be worth its
+ * start time (tens of milliseconds); its pass counts start from zero after it.
+ */
+async function warmUp(): Promise<void> {
+  if (!w.slots || !w.choice || w.arch.vocab < 1) return;
+  const seq = -1; // the scheduler numbers sequences from 0
+  const tokens = Array.from({ length: Math.min(WARM_UP_PROMPT_TOKENS, w.arch.vocab) }, (_, i) => i % w.arch.vocab);
+  try {
+    // The prompt's shape once on every session: onnxruntime plans its memory per shape and session.
+    for (const s of [w.session, w.narrow, w.spinning]) {
+      if (!s) continue;
+      const st = slotStepFeeds(w.slots, [{ seq, tokens }]);
+      await s.run(st.feeds);
+    }
+    await slotStep([{ seq, tokens }]);
+    for (let i = 0; i < WARM_UP_DECODE_STEPS; i++) await slotStep([{ seq, tokens: [i % tokens.length] }]);
+  } finally {
+    free([seq]);
+    w.passes = { wide: 0, narrow: 0, spinning: 0 };
+  }
+}
+
 // Model work runs one piece at a time, in arrival order; interrupts and
 // frees act at once (frees wait for the step in flight, see above).
 function serial(msg: WorkerCommand & { id: number }, work: () => Promise<void>): void {
@@ -667,6 +698,7 @@ port.on('message', async (msg: WorkerCommand) => {
     case 'init':
       try {
         await init(msg);
+        await warmUp();
         port.postMessage({ type: 'ready', arch: w.arch } satisfies WorkerEvent);
       } catch (e) {
         port.postMessage({ type: 'init-error', message: (e as Error).message } satisfies WorkerEvent);
