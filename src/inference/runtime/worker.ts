@@ -636,10 +636,14 @@ const WARM_UP_PROMPT_TOKENS = 16;
  * choice's measuring. Only a slot-cache model with several sessions gains enough to be worth its
  * start time (tens of milliseconds); its pass counts start from zero after it.
  */
-async function warmUp(): Promise<void> {
+async function warmUp(positionsMax: number): Promise<void> {
   if (!w.slots || !w.choice || w.arch.vocab < 1) return;
   const seq = -1; // the scheduler numbers sequences from 0
-  const tokens = Array.from({ length: Math.min(WARM_UP_PROMPT_TOKENS, w.arch.vocab) }, (_, i) => i % w.arch.vocab);
+  // A model of a very short context warms up on what fits in it.
+  const promptLen = Math.min(WARM_UP_PROMPT_TOKENS, Math.floor(positionsMax / 2));
+  const steps = Math.min(WARM_UP_DECODE_STEPS, positionsMax - promptLen);
+  if (promptLen < 1) return;
+  const tokens = Array.from({ length: promptLen }, (_, i) => i % w.arch.vocab);
   try {
     // The prompt's shape once on every session: onnxruntime plans its memory per shape and session.
     for (const s of [w.session, w.narrow, w.spinning]) {
@@ -648,7 +652,10 @@ async function warmUp(): Promise<void> {
       await s.run(st.feeds);
     }
     await slotStep([{ seq, tokens }]);
-    for (let i = 0; i < WARM_UP_DECODE_STEPS; i++) await slotStep([{ seq, tokens: [i % tokens.length] }]);
+    for (let i = 0; i < steps; i++) await slotStep([{ seq, tokens: [i % tokens.length] }]);
+  } catch (e) {
+    // Only the first requests' speed depends on it: a model that serves is served without it.
+    port.postMessage({ type: 'warning', message: `warm-up not finished (${(e as Error).message}); the first requests measure the sessions` } satisfies WorkerEvent);
   } finally {
     free([seq]);
     w.passes = { wide: 0, narrow: 0, spinning: 0 };
@@ -698,7 +705,7 @@ port.on('message', async (msg: WorkerCommand) => {
     case 'init':
       try {
         await init(msg);
-        await warmUp();
+        await warmUp(msg.positionsMax);
         port.postMessage({ type: 'ready', arch: w.arch } satisfies WorkerEvent);
       } catch (e) {
         port.postMessage({ type: 'init-error', message: (e as Error).message } satisfies WorkerEvent);
