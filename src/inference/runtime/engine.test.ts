@@ -351,3 +351,25 @@ describe('engine with threads spinning while a step runs', () => {
     }
   });
 });
+
+describe('engine warm-up at load', () => {
+  it('warms a model with several sessions within its context, counts none of it as passes, and serves', async () => {
+    // A 12-position context is shorter than the warm-up's prompt and steps: they shrink to fit.
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-warm-'));
+    const id = 'cloudgate/short-context';
+    fs.cpSync(path.join(modelsDir, 'random-llama'), path.join(dir, 'short'), { recursive: true });
+    const cfgFile = path.join(dir, 'short', 'cloudgate.json');
+    fs.writeFileSync(cfgFile, JSON.stringify({ ...JSON.parse(fs.readFileSync(cfgFile, 'utf8')), id, contextLength: 12, maxTokensDefault: 4, maxTokensCap: 8 }));
+    const warm = await Engine.load({ modelsDir: dir, executionProvider: 'cpu', strict: false, intraOpThreads: 2, narrowSession: true, spinningSession: true });
+    try {
+      const passes = async () => (await registries.inference.getSingleMetric('cloudgate_engine_forward_passes_total')!.get()).values.filter((v) => v.labels.model_name === id).reduce((n, v) => n + v.value, 0);
+      expect(await passes()).toBe(0);
+      const got = await collect(warm.generate(id, { promptTokens: [1, 5, 6], maxTokens: 4, temperature: 0, topP: 1, stop: [], adjust: { bias: [[2, -100]], presence: 0, frequency: 0 } }));
+      expect(got.ids.length).toBe(4);
+      expect(await passes()).toBeGreaterThan(0);
+    } finally {
+      await warm.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
