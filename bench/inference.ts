@@ -6,7 +6,7 @@ import { benchKey, chatStream, fmt, machine } from './lib.js';
 import { MODEL_DTYPES, modelFileOf, type ModelDtype } from '../src/inference/convert/model-config.js';
 import { extraSessionsFor, pickVariant, threadsFor } from '../src/inference/runtime/engine.js';
 import { SessionChoice, sessionsFor } from '../src/inference/runtime/session-choice.js';
-import { spinSessionConfig } from '../src/inference/runtime/spin.js';
+import { spinningSessionConfig, spinSessionConfig } from '../src/inference/runtime/spin.js';
 import { loadConfig } from '../src/config.js';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
 
@@ -64,7 +64,7 @@ async function rawLoop(modelFile: string, B: number, prompt: number, steps: numb
   // The daemon's worker's sessions (runtime/session-choice.ts), chosen the same way; the loop's B rows are its sequences.
   const loaded = extraSessionsFor(modelFile, threads, { narrow: cfg.ORT_NARROW_SESSION, spinning: cfg.ORT_SPINNING_SESSION, spin: cfg.ORT_INTRA_OP_SPIN });
   const narrow = loaded.narrow ? await ort.InferenceSession.create(modelFile, options(1)) : undefined;
-  const spinning = loaded.spinning ? await ort.InferenceSession.create(modelFile, { ...options(threads), extra: { session: spinSessionConfig('run') } }) : undefined;
+  const spinning = loaded.spinning ? await ort.InferenceSession.create(modelFile, { ...options(threads), extra: { session: spinningSessionConfig() } }) : undefined;
   const sessions = { wide: sess, narrow, spinning };
   const choice = new SessionChoice();
   const runOn = async (feeds: Record<string, ort.Tensor>, tokens: number) =>

@@ -1,7 +1,7 @@
 import ort from 'onnxruntime-node';
 import os from 'node:os';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
-import { spinSessionConfig, type ThreadSpin } from '../src/inference/runtime/spin.js';
+import { spinningSessionConfig, spinSessionConfig, type ThreadSpin } from '../src/inference/runtime/spin.js';
 import { fmt, machine } from './lib.js';
 
 // Where one thread beats every core (runtime/session-choice.ts): a chat graph's
@@ -25,7 +25,8 @@ async function open(threads: number, spin: ThreadSpin): Promise<ort.InferenceSes
     graphOptimizationLevel: 'all',
     intraOpNumThreads: threads,
     interOpNumThreads: 1,
-    extra: { session: spinSessionConfig(spin) },
+    // the spinning session as the daemon loads it
+    extra: { session: spin === 'run' ? spinningSessionConfig() : spinSessionConfig(spin) },
   });
 }
 

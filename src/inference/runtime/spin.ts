@@ -27,3 +27,18 @@ export function spinSessionConfig(mode: ThreadSpin): Record<string, unknown> {
   if (mode === 'always') return { intra_op: { allow_spinning: '1' } };
   return { intra_op: { allow_spinning: '1' }, force_spinning_stop: '1' };
 }
+
+/**
+ * The spinning session's parallel loops hand out their work in shrinking blocks (onnxruntime's
+ * `dynamic_block_base`), so that when the HTTP thread or a client takes the core of one of its
+ * two threads mid-loop, the other goes on with the rest instead of waiting for it at the loop's
+ * end: one stream through the daemon +4 % for m25 int4 (11 of 16 alternated pairs) and +3.5 % for
+ * m110 int4, where the graph alone, with no one else on the cores, ran 2 % slower (m25) to 5 %
+ * faster (m110) with it (bench/README.md "Spinning for a few streams").
+ */
+const SPINNING_DYNAMIC_BLOCK_BASE = 4;
+
+/** The session config entries of the session whose threads spin while a step runs (session-choice.ts `spinning`). */
+export function spinningSessionConfig(): Record<string, unknown> {
+  return { ...spinSessionConfig('run'), dynamic_block_base: String(SPINNING_DYNAMIC_BLOCK_BASE) };
+}

@@ -9,7 +9,7 @@ import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
 import { SessionChoice, sessionsFor } from './session-choice.js';
-import { spinSessionConfig } from './spin.js';
+import { spinningSessionConfig, spinSessionConfig } from './spin.js';
 import { scheduleThisThreadIdle } from './thread-policy.js';
 import { sharedNow, TOKENS_POSTED_AT_ONCE, TokenPosts } from './token-posts.js';
 
@@ -131,7 +131,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   }
   if (msg.spinningSession) {
     try {
-      w.spinning = await ort.InferenceSession.create(msg.modelPath, { ...base, extra: { session: spinSessionConfig('run') }, executionProviders: ['cpu'] });
+      w.spinning = await ort.InferenceSession.create(msg.modelPath, { ...base, extra: { session: spinningSessionConfig() }, executionProviders: ['cpu'] });
     } catch (e) {
       port.postMessage({ type: 'warning', message: `spinning session not loaded (${(e as Error).message}); steps run on sleeping threads` } satisfies WorkerEvent);
     }
