@@ -76,12 +76,26 @@ export interface LoadedSessions {
   spinning: boolean;
 }
 
+/** Each kind's bit in a set of allowed sessions: a set is a small number, the key of its state below. */
+const KIND_BIT: Record<SessionKind, number> = { wide: 1, narrow: 2, spinning: 4 };
+const setOf = (kinds: readonly SessionKind[]): number => kinds.reduce((m, k) => m | KIND_BIT[k], 0);
+/** The allowed sets in sessionsFor's order, one array each: a step asks for one and allocates nothing. */
+const SETS = new Map<number, readonly SessionKind[]>();
+for (const narrow of [false, true]) {
+  for (const spinning of [false, true]) {
+    const kinds: SessionKind[] = ['wide'];
+    if (narrow) kinds.push('narrow');
+    if (spinning) kinds.push('spinning');
+    SETS.set(setOf(kinds), kinds);
+  }
+}
+
 /** The sessions a step may run on: `tokens` is rows x new tokens, `sequences` the sequences the model holds. */
-export function sessionsFor(tokens: number, sequences: number, loaded: LoadedSessions): SessionKind[] {
-  const kinds: SessionKind[] = ['wide'];
-  if (loaded.narrow && tokens <= NARROW_STEP_TOKENS_MAX) kinds.push('narrow');
-  if (loaded.spinning && sequences <= SPINNING_SEQUENCES_MAX) kinds.push('spinning');
-  return kinds;
+export function sessionsFor(tokens: number, sequences: number, loaded: LoadedSessions): readonly SessionKind[] {
+  let set = KIND_BIT.wide;
+  if (loaded.narrow && tokens <= NARROW_STEP_TOKENS_MAX) set |= KIND_BIT.narrow;
+  if (loaded.spinning && sequences <= SPINNING_SEQUENCES_MAX) set |= KIND_BIT.spinning;
+  return SETS.get(set)!;
 }
 
 interface Estimate {
@@ -91,19 +105,21 @@ interface Estimate {
   recent: number[];
 }
 
-/** One step size's estimates, and per set of allowed sessions (kinds joined) the one its steps run on. */
+/** One step size's estimates, and per set of allowed sessions (setOf) the one its steps run on. */
 interface Bucket {
   est: Record<SessionKind, Estimate>;
   /** The session its steps run on once all are measured. */
-  current: Map<string, SessionKind>;
+  current: Map<number, SessionKind>;
   /** Steps since another session was last tried, and which was tried last. */
-  sinceRetry: Map<string, number>;
-  lastRetried: Map<string, SessionKind>;
-  /** By set and kind (`set|kind`): the kind's last retries, each over the running session's recent median. */
-  ratios: Map<string, number[]>;
+  sinceRetry: Map<number, number>;
+  lastRetried: Map<number, SessionKind>;
+  /** By set and kind (ratioKey): the kind's last retries, each over the running session's recent median. */
+  ratios: Map<number, number[]>;
   /** The session being measured or tried: its steps left in a row, and whether the next run is the first (not counted). */
   burst: { kind: SessionKind; left: number; first: boolean } | undefined;
 }
+
+const ratioKey = (set: number, kind: SessionKind): number => set * 8 + KIND_BIT[kind];
 
 function fastestMs(e: Estimate): number {
   return Math.min(...e.recent);
@@ -141,7 +157,7 @@ export class SessionChoice {
   private current(b: Bucket, kinds: readonly SessionKind[]): SessionKind | undefined {
     if (kinds.length === 1) return kinds[0];
     if (kinds.some((k) => b.est[k].recent.length < SAMPLES_TO_TRUST)) return undefined;
-    const key = kinds.join();
+    const key = setOf(kinds);
     const now = b.current.get(key);
     if (now === undefined || !kinds.includes(now)) {
       let fastest = kinds[0]!;
@@ -151,14 +167,14 @@ export class SessionChoice {
     }
     let best: { kind: SessionKind; ratio: number } | undefined;
     for (const k of kinds) {
-      const r = b.ratios.get(`${key}|${k}`);
+      const r = b.ratios.get(ratioKey(key, k));
       if (k === now || !r || r.length < RATIOS_TO_SWITCH) continue;
       const ratio = medianOf(r);
       if (ratio < 1 - SWITCH_MARGIN && (!best || ratio < best.ratio)) best = { kind: k, ratio };
     }
     if (!best) return now;
     // The ratios were against the session that ran until now: each kind starts again against the new one.
-    for (const k of kinds) b.ratios.delete(`${key}|${k}`);
+    for (const k of kinds) b.ratios.delete(ratioKey(key, k));
     b.current.set(key, best.kind);
     return best.kind;
   }
@@ -179,7 +195,7 @@ export class SessionChoice {
     };
     // Until all are known, take them in turns, a burst each (the one with fewest runs goes next).
     if (now === undefined) return burst(kinds.reduce((a, k) => (b.est[k].runs < b.est[a].runs ? k : a)));
-    const key = kinds.join();
+    const key = setOf(kinds);
     const since = ((b.sinceRetry.get(key) ?? 0) + 1) % RETRY_OTHER_EVERY_STEPS;
     b.sinceRetry.set(key, since);
     if (since !== 0) return now;
@@ -200,14 +216,14 @@ export class SessionChoice {
       b.burst.first = false; // cold: its weights out of the caches
       return;
     }
-    const key = kinds.join();
+    const key = setOf(kinds);
     const now = b.current.get(key);
     if (now !== undefined && now !== kind && kinds.includes(now) && b.est[now].recent.length > 0) {
       // A retry: judged against the running session's runs just before it.
-      const r = b.ratios.get(`${key}|${kind}`) ?? [];
+      const r = b.ratios.get(ratioKey(key, kind)) ?? [];
       r.push(ms / medianOf(b.est[now].recent));
       if (r.length > RATIOS_TO_SWITCH) r.shift();
-      b.ratios.set(`${key}|${kind}`, r);
+      b.ratios.set(ratioKey(key, kind), r);
     }
     s.recent.push(ms);
     if (s.recent.length > RECENT_RUNS) s.recent.shift();

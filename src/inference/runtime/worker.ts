@@ -8,7 +8,7 @@ import { KvSlots, slotStepDone, slotStepFeeds } from './kv-slots.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
-import { SessionChoice, sessionsFor } from './session-choice.js';
+import { SessionChoice, sessionsFor, type LoadedSessions, type SessionKind } from './session-choice.js';
 import { spinningSessionConfig, spinSessionConfig } from './spin.js';
 import { scheduleThisThreadIdle } from './thread-policy.js';
 import { sharedNow, TOKENS_POSTED_AT_ONCE, TokenPosts } from './token-posts.js';
@@ -30,6 +30,9 @@ interface WorkerState {
   /** The same graph on every core with threads spinning while a run lasts, for steps while few sequences run (session-choice.ts); with `choice`. */
   spinning: ort.InferenceSession | undefined;
   choice: SessionChoice | undefined;
+  /** With `choice`: the sessions by kind, and which of the extra ones loaded (set once at init). */
+  byKind: Record<SessionKind, ort.InferenceSession | undefined>;
+  loaded: LoadedSessions;
   /** The shared-prefix graph (branch.onnx) of evaluation models, when there is one. */
   branchSession: ort.InferenceSession | undefined;
   arch: Arch;
@@ -137,6 +140,8 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     }
   }
   if (w.narrow || w.spinning) w.choice = new SessionChoice();
+  w.byKind = { wide: w.session, narrow: w.narrow, spinning: w.spinning };
+  w.loaded = { narrow: !!w.narrow, spinning: !!w.spinning };
   const meta = w.session.inputMetadata;
   const slotCache = meta.some((m) => m.name === 'cache_bias');
   const pastKeys = meta.filter((m) => (slotCache ? /^cache\.\d+\.key$/ : /^past_key_values\.\d+\.key$/).test(m.name));
@@ -316,9 +321,8 @@ async function runModel(feeds: Record<string, ort.Tensor>, tokens: number): Prom
     w.passes.wide++;
     return w.session.run(feeds);
   }
-  const sessions = { wide: w.session, narrow: w.narrow, spinning: w.spinning };
-  const kinds = sessionsFor(tokens, (w.slots ?? w.store).live, { narrow: !!w.narrow, spinning: !!w.spinning });
-  const { out, kind } = await w.choice.run(tokens, kinds, (k) => sessions[k]!.run(feeds));
+  const kinds = sessionsFor(tokens, (w.slots ?? w.store).live, w.loaded);
+  const { out, kind } = await w.choice.run(tokens, kinds, (k) => w.byKind[k]!.run(feeds));
   w.passes[kind]++;
   return out;
 }
@@ -646,11 +650,8 @@ async function warmUp(positionsMax: number): Promise<void> {
   const tokens = Array.from({ length: promptLen }, (_, i) => i % w.arch.vocab);
   try {
     // The prompt's shape once on every session: onnxruntime plans its memory per shape and session.
-    for (const s of [w.session, w.narrow, w.spinning]) {
-      if (!s) continue;
-      const st = slotStepFeeds(w.slots, [{ seq, tokens }]);
-      await s.run(st.feeds);
-    }
+    const { feeds } = slotStepFeeds(w.slots, [{ seq, tokens }]);
+    for (const s of Object.values(w.byKind)) await s?.run(feeds);
     await slotStep([{ seq, tokens }]);
     for (let i = 0; i < steps; i++) await slotStep([{ seq, tokens: [i % tokens.length] }]);
   } catch (e) {
