@@ -7,6 +7,7 @@ import { MODEL_DTYPES, modelFileOf, type ModelDtype } from '../src/inference/con
 import { extraSessionsFor, pickVariant, threadsFor } from '../src/inference/runtime/engine.js';
 import { SessionChoice, sessionsFor } from '../src/inference/runtime/session-choice.js';
 import { spinningSessionConfig, spinSessionConfig } from '../src/inference/runtime/spin.js';
+import { prefillGraph } from '../src/inference/runtime/prefill-graph.js';
 import { loadConfig } from '../src/config.js';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
 
@@ -50,7 +51,7 @@ const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(
  * present into past, repeated for `seconds`. Answers tokens per second over
  * whole passes (the work the daemon's streams do) and over decode steps only.
  */
-async function rawLoop(modelFile: string, B: number, prompt: number, steps: number, seconds: number): Promise<{ withPrefill: number; decodeOnly: number }> {
+async function rawLoop(modelFile: string, dtype: ModelDtype, B: number, prompt: number, steps: number, seconds: number): Promise<{ withPrefill: number; decodeOnly: number }> {
   // The daemon's own reading of its settings (the same defaults, the same refusals).
   const cfg = loadConfig(process.env);
   const threads = cfg.ORT_INTRA_OP_THREADS ?? threadsFor(modelFile);
@@ -62,10 +63,14 @@ async function rawLoop(modelFile: string, B: number, prompt: number, steps: numb
   });
   const sess = await ort.InferenceSession.create(modelFile, options(threads));
   // The daemon's worker's sessions (runtime/session-choice.ts), chosen the same way; the loop's B rows are its sequences.
-  const loaded = extraSessionsFor(modelFile, threads, { narrow: cfg.ORT_NARROW_SESSION, spinning: cfg.ORT_SPINNING_SESSION, spin: cfg.ORT_INTRA_OP_SPIN });
+  const allow = { narrow: cfg.ORT_NARROW_SESSION, spinning: cfg.ORT_SPINNING_SESSION, prefill: cfg.ORT_PREFILL_SESSION, spin: cfg.ORT_INTRA_OP_SPIN };
+  const loaded = extraSessionsFor(modelFile, threads, dtype, allow);
   const narrow = loaded.narrow ? await ort.InferenceSession.create(modelFile, options(1)) : undefined;
   const spinning = loaded.spinning ? await ort.InferenceSession.create(modelFile, { ...options(threads), extra: { session: spinningSessionConfig() } }) : undefined;
-  const sessions = { wide: sess, narrow, spinning };
+  const prefillBytes = loaded.prefill ? prefillGraph(fs.readFileSync(modelFile)) : undefined;
+  const prefill = prefillBytes ? await ort.InferenceSession.create(prefillBytes, options(threads)) : undefined;
+  loaded.prefill = !!prefill;
+  const sessions = { wide: sess, narrow, spinning, prefill };
   const choice = new SessionChoice();
   const runOn = async (feeds: Record<string, ort.Tensor>, tokens: number) =>
     (await choice.run(tokens, sessionsFor(tokens, B, loaded), (k) => sessions[k]!.run(feeds))).out;
@@ -76,6 +81,7 @@ async function rawLoop(modelFile: string, B: number, prompt: number, steps: numb
     await sess.release();
     await narrow?.release();
     await spinning?.release();
+    await prefill?.release();
   }
 }
 
@@ -190,7 +196,7 @@ async function main() {
         }),
       );
       const rate = tokens / ((performance.now() - t0) / 1000);
-      const raw = await rawLoop(path.join(modelDir, modelFileOf(served)), n, promptTokens, maxTokens, rawSeconds);
+      const raw = await rawLoop(path.join(modelDir, modelFileOf(served)), served, n, promptTokens, maxTokens, rawSeconds);
       if (n === 1) stream1.rate = rate;
       console.log(
         `streams ${String(n).padStart(2)}: daemon ${fmt(rate)} tokens/s (${ttfts.length} requests) | raw loop batch ${n}: ${fmt(raw.withPrefill)} tokens/s ` +

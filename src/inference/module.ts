@@ -27,6 +27,7 @@ export const inferenceModule: Module = {
       threadsSpin: c.ORT_INTRA_OP_SPIN,
       narrowSession: c.ORT_NARROW_SESSION,
       spinningSession: c.ORT_SPINNING_SESSION,
+      prefillSession: c.ORT_PREFILL_SESSION,
       tokensPostIntervalMs: c.TOKENS_POST_INTERVAL_MS,
       options: { admissionWaitMsMax: c.ADMISSION_WAIT_MS_MAX },
       dtype: c.MODEL_DTYPE,

@@ -40,6 +40,8 @@ export interface EngineConfig {
   narrowSession?: boolean;
   /** ORT_SPINNING_SESSION: such a model also loads a session whose threads spin while a step runs, for steps while few sequences run (extraSessionsFor). */
   spinningSession?: boolean;
+  /** ORT_PREFILL_SESSION: a model of 4-bit weights also loads its graph with those products in float32, for long steps (extraSessionsFor). */
+  prefillSession?: boolean;
   /** TOKENS_POST_INTERVAL_MS: how long a decode run's fast steps are held before their tokens are posted (token-posts.ts). */
   tokensPostIntervalMs?: number;
   /** MODEL_DTYPE: the weight variant served by every folder that holds it, over cloudgate.json's `dtype` */
@@ -63,6 +65,9 @@ const MULTI_THREAD_MODEL_BYTES_MIN = 4 * 2 ** 20;
  */
 const EXTRA_SESSIONS_MODEL_BYTES_MAX = 256 * 2 ** 20;
 
+/** The weight variants of 4-bit matrices (MatMulNBits with bits 4), which a prefill session may speed up (prefill-graph.ts). */
+const FOUR_BIT_DTYPES: ReadonlySet<ModelDtype> = new Set(['q4', 'q4f16']);
+
 /** A model's graph and weights on disk. */
 function modelBytes(modelFile: string): number {
   // Weights beside the graph: ours (`model.onnx.data`) and the optimum exporters' (`model.onnx_data`).
@@ -77,12 +82,16 @@ export function threadsFor(modelFile: string): number {
 
 /**
  * The sessions a CPU model on `threads` intra-op threads loads beside its every-core one, as
- * ORT_NARROW_SESSION and ORT_SPINNING_SESSION allow: a one-thread session, and one whose threads
- * spin while a step runs, which only differs from the every-core one when that one's sleep.
+ * ORT_NARROW_SESSION, ORT_SPINNING_SESSION and ORT_PREFILL_SESSION allow: a one-thread session,
+ * one whose threads spin while a step runs (which only differs from the every-core one when that
+ * one's sleep), and, for a variant of 4-bit weights (`dtype`), its graph with those products in
+ * float32 for long steps, on any number of threads (the worker leaves it out where the graph has
+ * no such products).
  */
-export function extraSessionsFor(modelFile: string, threads: number, allow: { narrow: boolean; spinning: boolean; spin: ThreadSpin }): LoadedSessions {
-  const fits = threads > 1 && modelBytes(modelFile) <= EXTRA_SESSIONS_MODEL_BYTES_MAX;
-  return { narrow: fits && allow.narrow, spinning: fits && allow.spinning && allow.spin === 'off' };
+export function extraSessionsFor(modelFile: string, threads: number, dtype: ModelDtype, allow: { narrow: boolean; spinning: boolean; prefill: boolean; spin: ThreadSpin }): LoadedSessions {
+  const small = modelBytes(modelFile) <= EXTRA_SESSIONS_MODEL_BYTES_MAX;
+  const fits = threads > 1 && small;
+  return { narrow: fits && allow.narrow, spinning: fits && allow.spinning && allow.spin === 'off', prefill: small && allow.prefill && FOUR_BIT_DTYPES.has(dtype) };
 }
 
 /** The weight variant a folder serves: the daemon-wide choice where the folder has it, else its cloudgate.json's. */
@@ -96,10 +105,11 @@ export function pickVariant(dir: string, own: ModelDtype, daemonWide?: ModelDtyp
 }
 
 /** The worker's init fields for the extra sessions of a model (none off CPU). */
-function extraSessions(cfg: EngineConfig, modelPath: string, threads: number): { narrowSession: boolean; spinningSession: boolean } {
-  if (cfg.executionProvider !== 'cpu') return { narrowSession: false, spinningSession: false };
-  const x = extraSessionsFor(modelPath, threads, { narrow: cfg.narrowSession !== false, spinning: cfg.spinningSession !== false, spin: cfg.threadsSpin ?? 'off' });
-  return { narrowSession: x.narrow, spinningSession: x.spinning };
+function extraSessions(cfg: EngineConfig, modelPath: string, threads: number, dtype: ModelDtype): { narrowSession: boolean; spinningSession: boolean; prefillSession: boolean } {
+  if (cfg.executionProvider !== 'cpu') return { narrowSession: false, spinningSession: false, prefillSession: false };
+  const allow = { narrow: cfg.narrowSession !== false, spinning: cfg.spinningSession !== false, prefill: cfg.prefillSession !== false, spin: cfg.threadsSpin ?? 'off' };
+  const x = extraSessionsFor(modelPath, threads, dtype, allow);
+  return { narrowSession: x.narrow, spinningSession: x.spinning, prefillSession: x.prefill };
 }
 
 export class Engine implements InferenceEngine {
@@ -129,7 +139,7 @@ export class Engine implements InferenceEngine {
           executionProvider: cfg.executionProvider,
           strict: cfg.strict,
           intraOpThreads: threads,
-          ...extraSessions(cfg, modelPath, threads),
+          ...extraSessions(cfg, modelPath, threads, dtype),
           positionsMax: c.contextLength,
           nice: cfg.threadsNice ?? 0,
           sched: cfg.threadsSched ?? 'normal',

@@ -5,7 +5,7 @@ import { Worker } from 'node:worker_threads';
 import { log } from '../../log.js';
 import type { TokenLogprob } from '../engine-api.js';
 import { engineMetrics as M } from './metrics.js';
-import type { Arch, InitMsg, ModelPasses, WorkerEvent, WorkerCommand, StepRow } from './protocol.js';
+import { noPasses, type Arch, type InitMsg, type ModelPasses, type WorkerEvent, type WorkerCommand, type StepRow } from './protocol.js';
 
 /** A prompt step's answer: every row's last-position logits; sampled rows' tokens (-1 for the others) and logprobs when asked. */
 export interface StepResult {
@@ -59,7 +59,7 @@ export class Runner {
   }
 
   private async spawn(): Promise<Arch> {
-    this.passesSeen = { wide: 0, narrow: 0, spinning: 0 }; // a new worker counts from zero
+    this.passesSeen = noPasses(); // a new worker counts from zero
     const worker = new Worker(workerPath());
     const init = this.init;
     const arch = await new Promise<Arch>((resolve, reject) => {
@@ -188,11 +188,12 @@ export class Runner {
   }
 
   /** The worker's pass counts since it started, as seen last: the counter takes the difference. */
-  private passesSeen: ModelPasses = { wide: 0, narrow: 0, spinning: 0 };
+  private passesSeen: ModelPasses = noPasses();
   private countPasses(p: ModelPasses): void {
     M.passes.inc({ model: this.modelId, threads: 'all' }, p.wide - this.passesSeen.wide);
     M.passes.inc({ model: this.modelId, threads: 'one' }, p.narrow - this.passesSeen.narrow);
     M.passes.inc({ model: this.modelId, threads: 'all_spinning' }, p.spinning - this.passesSeen.spinning);
+    M.passes.inc({ model: this.modelId, threads: 'all_prefill' }, p.prefill - this.passesSeen.prefill);
     this.passesSeen = { ...p };
   }
 

@@ -5,10 +5,12 @@
 // threads for each of them costs more than they save (m25 int4 at batch 1: 1.30 ms on one
 // thread, 2.03 ms on two sleeping, one Zen 5 machine), and spinning threads avoid the
 // wake-ups (1.06 ms on two spinning against 1.42 on one, a Zen 4 machine) but hold every
-// core while the step runs, so the HTTP thread waits for one. Where the crossings lie
+// core while the step runs, so the HTTP thread waits for one. A model of 4-bit weights may
+// also have a session for long steps ("prefill", prefill-graph.ts: its products multiply in
+// float32 where the others quantize the activations to int8). Where the crossings lie
 // depends on the model and the machine, so they are measured as the steps run.
 
-export type SessionKind = 'narrow' | 'wide' | 'spinning';
+export type SessionKind = 'narrow' | 'wide' | 'spinning' | 'prefill';
 
 /**
  * Steps of more tokens than this never run on one thread: one thread pays off only for the
@@ -26,6 +28,14 @@ export const NARROW_STEP_TOKENS_MAX = 32;
  * runs every step.
  */
 export const SPINNING_SEQUENCES_MAX = 4;
+/**
+ * Steps of fewer tokens than this never run on the prefill session: its float32 products gain
+ * only once there are rows enough to reuse each dequantized weight (one m25 int4 matrix on two
+ * threads, int8 products against float32: 194 against 281 us at 16 rows, even at 32, 690
+ * against 560 at 64; bench/README.md "Long steps in float32"), and a decode step measured
+ * there would cost its slower runs for nothing.
+ */
+export const PREFILL_STEP_TOKENS_MIN = NARROW_STEP_TOKENS_MAX + 1;
 /** Counted runs per session and size before the fastest one is trusted. */
 const SAMPLES_TO_TRUST = 4;
 /**
@@ -74,20 +84,18 @@ const SWITCH_MARGIN = 0.1;
 export interface LoadedSessions {
   narrow: boolean;
   spinning: boolean;
+  prefill: boolean;
 }
 
 /** Each kind's bit in a set of allowed sessions: a set is a small number, the key of its state below. */
-const KIND_BIT: Record<SessionKind, number> = { wide: 1, narrow: 2, spinning: 4 };
+const KIND_BIT: Record<SessionKind, number> = { wide: 1, narrow: 2, spinning: 4, prefill: 8 };
+const EXTRA_KINDS = ['narrow', 'spinning', 'prefill'] as const;
 const setOf = (kinds: readonly SessionKind[]): number => kinds.reduce((m, k) => m | KIND_BIT[k], 0);
-/** The allowed sets in sessionsFor's order, one array each: a step asks for one and allocates nothing. */
+/** Every allowed set, one array each (the wide session first): a step asks for one and allocates nothing. */
 const SETS = new Map<number, readonly SessionKind[]>();
-for (const narrow of [false, true]) {
-  for (const spinning of [false, true]) {
-    const kinds: SessionKind[] = ['wide'];
-    if (narrow) kinds.push('narrow');
-    if (spinning) kinds.push('spinning');
-    SETS.set(setOf(kinds), kinds);
-  }
+for (let extra = 0; extra < 1 << EXTRA_KINDS.length; extra++) {
+  const kinds: SessionKind[] = ['wide', ...EXTRA_KINDS.filter((_, i) => extra & (1 << i))];
+  SETS.set(setOf(kinds), kinds);
 }
 
 /** The sessions a step may run on: `tokens` is rows x new tokens, `sequences` the sequences the model holds. */
@@ -95,6 +103,7 @@ export function sessionsFor(tokens: number, sequences: number, loaded: LoadedSes
   let set = KIND_BIT.wide;
   if (loaded.narrow && tokens <= NARROW_STEP_TOKENS_MAX) set |= KIND_BIT.narrow;
   if (loaded.spinning && sequences <= SPINNING_SEQUENCES_MAX) set |= KIND_BIT.spinning;
+  if (loaded.prefill && tokens >= PREFILL_STEP_TOKENS_MIN) set |= KIND_BIT.prefill;
   return SETS.get(set)!;
 }
 
@@ -119,7 +128,7 @@ interface Bucket {
   burst: { kind: SessionKind; left: number; first: boolean } | undefined;
 }
 
-const ratioKey = (set: number, kind: SessionKind): number => set * 8 + KIND_BIT[kind];
+const ratioKey = (set: number, kind: SessionKind): number => set * 16 + KIND_BIT[kind];
 
 function fastestMs(e: Estimate): number {
   return Math.min(...e.recent);
@@ -143,7 +152,7 @@ export class SessionChoice {
     let b = this.buckets.get(key);
     if (!b) {
       const none = (): Estimate => ({ runs: 0, recent: [] });
-      b = { est: { narrow: none(), wide: none(), spinning: none() }, current: new Map(), sinceRetry: new Map(), lastRetried: new Map(), ratios: new Map(), burst: undefined };
+      b = { est: { narrow: none(), wide: none(), spinning: none(), prefill: none() }, current: new Map(), sinceRetry: new Map(), lastRetried: new Map(), ratios: new Map(), burst: undefined };
       this.buckets.set(key, b);
     }
     return b;

@@ -36,21 +36,31 @@ describe('threadsFor (ORT_INTRA_OP_THREADS unset)', () => {
 });
 
 describe('extraSessionsFor', () => {
-  const allow = { narrow: true, spinning: true, spin: 'off' } as const;
+  const allow = { narrow: true, spinning: true, prefill: true, spin: 'off' } as const;
   it('gives a model on several threads a one-thread and a spinning session too, unless its weights are over 256 MiB', () =>
     withModelDir((file, size) => {
       size(file, 18 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, allow)).toEqual({ narrow: true, spinning: true });
-      expect(extraSessionsFor(file, 1, allow)).toEqual({ narrow: false, spinning: false }); // one thread already
+      expect(extraSessionsFor(file, 2, 'fp32', allow)).toEqual({ narrow: true, spinning: true, prefill: false });
+      expect(extraSessionsFor(file, 1, 'fp32', allow)).toEqual({ narrow: false, spinning: false, prefill: false }); // one thread already
       size(`${file}.data`, 300 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, allow)).toEqual({ narrow: false, spinning: false });
+      expect(extraSessionsFor(file, 2, 'fp32', allow)).toEqual({ narrow: false, spinning: false, prefill: false });
+    }));
+  it('gives a 4-bit variant a prefill session on any number of threads, unless its weights are over 256 MiB', () =>
+    withModelDir((file, size) => {
+      size(file, 18 * 2 ** 20);
+      expect(extraSessionsFor(file, 2, 'q4', allow)).toEqual({ narrow: true, spinning: true, prefill: true });
+      expect(extraSessionsFor(file, 1, 'q4f16', allow)).toEqual({ narrow: false, spinning: false, prefill: true });
+      expect(extraSessionsFor(file, 1, 'int8', allow).prefill).toBe(false); // its float32 products were slower at every size
+      expect(extraSessionsFor(file, 1, 'q4', { ...allow, prefill: false }).prefill).toBe(false);
+      size(`${file}.data`, 300 * 2 ** 20);
+      expect(extraSessionsFor(file, 2, 'q4', allow).prefill).toBe(false);
     }));
   it('loads each only where its setting allows, and no spinning one where the every-core session spins already', () =>
     withModelDir((file, size) => {
       size(file, 18 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, { ...allow, narrow: false })).toEqual({ narrow: false, spinning: true });
-      expect(extraSessionsFor(file, 2, { ...allow, spinning: false })).toEqual({ narrow: true, spinning: false });
-      expect(extraSessionsFor(file, 2, { ...allow, spin: 'run' })).toEqual({ narrow: true, spinning: false });
-      expect(extraSessionsFor(file, 2, { ...allow, spin: 'always' })).toEqual({ narrow: true, spinning: false });
+      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, narrow: false })).toEqual({ narrow: false, spinning: true, prefill: false });
+      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spinning: false })).toEqual({ narrow: true, spinning: false, prefill: false });
+      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spin: 'run' })).toEqual({ narrow: true, spinning: false, prefill: false });
+      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spin: 'always' })).toEqual({ narrow: true, spinning: false, prefill: false });
     }));
 });

@@ -1,8 +1,9 @@
+import fs from 'node:fs';
 import os from 'node:os';
 import v8 from 'node:v8';
 import { parentPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
-import { endsGeneration, type Arch, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow } from './protocol.js';
+import { endsGeneration, noPasses, type Arch, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow } from './protocol.js';
 import { KvStore, type Kv } from './kv.js';
 import { KvSlots, slotStepDone, slotStepFeeds } from './kv-slots.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
@@ -10,6 +11,7 @@ import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
 import { SessionChoice, sessionsFor, type LoadedSessions, type SessionKind } from './session-choice.js';
 import { spinningSessionConfig, spinSessionConfig } from './spin.js';
+import { prefillGraph } from './prefill-graph.js';
 import { scheduleThisThreadIdle } from './thread-policy.js';
 import { sharedNow, TOKENS_POSTED_AT_ONCE, TokenPosts } from './token-posts.js';
 
@@ -25,14 +27,16 @@ const port = parentPort!;
  */
 interface WorkerState {
   session: ort.InferenceSession;
-  /** The same graph on one intra-op thread, for steps of a few tokens (session-choice.ts); with `choice`. */
-  narrow: ort.InferenceSession | undefined;
-  /** The same graph on every core with threads spinning while a run lasts, for steps while few sequences run (session-choice.ts); with `choice`. */
-  spinning: ort.InferenceSession | undefined;
-  choice: SessionChoice | undefined;
-  /** With `choice`: the sessions by kind, and which of the extra ones loaded (set once at init). */
+  /**
+   * The sessions by kind (session-choice.ts), set once at init: `wide` is `session`; `narrow` the
+   * same graph on one intra-op thread, for steps of a few tokens; `spinning` the same graph on
+   * every core with threads spinning while a run lasts, for steps while few sequences run;
+   * `prefill` the graph with its 4-bit products in float32, for long steps (prefill-graph.ts).
+   */
   byKind: Record<SessionKind, ort.InferenceSession | undefined>;
+  /** Which of the extra sessions loaded; with any, `choice` picks a step's session. */
   loaded: LoadedSessions;
+  choice: SessionChoice | undefined;
   /** The shared-prefix graph (branch.onnx) of evaluation models, when there is one. */
   branchSession: ort.InferenceSession | undefined;
   arch: Arch;
@@ -58,7 +62,6 @@ interface WorkerState {
 }
 // session, arch and store are set by init, the first message, before any other is handled.
 const w = {
-  narrow: undefined,
   choice: undefined,
   branchSession: undefined,
   slots: undefined,
@@ -70,7 +73,7 @@ const w = {
   tokensPostIntervalMs: 0,
   busy: false,
   queue: Promise.resolve(),
-  passes: { wide: 0, narrow: 0, spinning: 0 },
+  passes: noPasses(),
 } as Partial<WorkerState> as WorkerState;
 
 function halfToFloat(h: number): number {
@@ -124,24 +127,31 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     provider = 'cpu';
     w.session = await ort.InferenceSession.create(msg.modelPath, { ...base, executionProviders: ['cpu'] });
   }
-  if (msg.narrowSession) {
-    // Threads are per session: one thread here, every core in `session`. Only faster, so a failure leaves it out.
+  // The extra sessions are only ever faster, so one that fails to load is left out with a warning.
+  const extra = async (what: string, without: string, create: () => Promise<ort.InferenceSession | undefined>) => {
     try {
-      w.narrow = await ort.InferenceSession.create(msg.modelPath, { ...base, intraOpNumThreads: 1, executionProviders: ['cpu'] });
+      return await create();
     } catch (e) {
-      port.postMessage({ type: 'warning', message: `one-thread session not loaded (${(e as Error).message}); every step runs on ${msg.intraOpThreads} threads` } satisfies WorkerEvent);
+      port.postMessage({ type: 'warning', message: `${what} not loaded (${(e as Error).message}); ${without}` } satisfies WorkerEvent);
+      return undefined;
     }
-  }
-  if (msg.spinningSession) {
-    try {
-      w.spinning = await ort.InferenceSession.create(msg.modelPath, { ...base, extra: { session: spinningSessionConfig() }, executionProviders: ['cpu'] });
-    } catch (e) {
-      port.postMessage({ type: 'warning', message: `spinning session not loaded (${(e as Error).message}); steps run on sleeping threads` } satisfies WorkerEvent);
-    }
-  }
-  if (w.narrow || w.spinning) w.choice = new SessionChoice();
-  w.byKind = { wide: w.session, narrow: w.narrow, spinning: w.spinning };
-  w.loaded = { narrow: !!w.narrow, spinning: !!w.spinning };
+  };
+  const cpu = { ...base, executionProviders: ['cpu'] };
+  w.byKind = {
+    wide: w.session,
+    // Threads are per session: one thread here, every core in `session`.
+    narrow: msg.narrowSession ? await extra('one-thread session', `every step runs on ${msg.intraOpThreads} threads`, () => ort.InferenceSession.create(msg.modelPath, { ...cpu, intraOpNumThreads: 1 })) : undefined,
+    spinning: msg.spinningSession ? await extra('spinning session', 'steps run on sleeping threads', () => ort.InferenceSession.create(msg.modelPath, { ...cpu, extra: { session: spinningSessionConfig() } })) : undefined,
+    prefill: msg.prefillSession
+      ? await extra('prefill session', 'long steps multiply as short ones do', async () => {
+          // undefined where the graph has no 4-bit products to change: nothing to load.
+          const graph = prefillGraph(fs.readFileSync(msg.modelPath));
+          return graph ? ort.InferenceSession.create(graph, cpu) : undefined;
+        })
+      : undefined,
+  };
+  w.loaded = { narrow: !!w.byKind.narrow, spinning: !!w.byKind.spinning, prefill: !!w.byKind.prefill };
+  if (w.loaded.narrow || w.loaded.spinning || w.loaded.prefill) w.choice = new SessionChoice();
   const meta = w.session.inputMetadata;
   const slotCache = meta.some((m) => m.name === 'cache_bias');
   const pastKeys = meta.filter((m) => (slotCache ? /^cache\.\d+\.key$/ : /^past_key_values\.\d+\.key$/).test(m.name));
@@ -649,9 +659,9 @@ async function warmUp(positionsMax: number): Promise<void> {
   if (promptLen < 1) return;
   const tokens = Array.from({ length: promptLen }, (_, i) => i % w.arch.vocab);
   try {
-    // The prompt's shape once on every session: onnxruntime plans its memory per shape and session.
+    // The prompt's shape once on every session it may run on: onnxruntime plans its memory per shape and session.
     const { feeds } = slotStepFeeds(w.slots, [{ seq, tokens }]);
-    for (const s of Object.values(w.byKind)) await s?.run(feeds);
+    for (const k of sessionsFor(promptLen, 1, w.loaded)) await w.byKind[k]!.run(feeds);
     await slotStep([{ seq, tokens }]);
     for (let i = 0; i < steps; i++) await slotStep([{ seq, tokens: [i % tokens.length] }]);
   } catch (e) {
@@ -659,7 +669,7 @@ async function warmUp(positionsMax: number): Promise<void> {
     port.postMessage({ type: 'warning', message: `warm-up not finished (${(e as Error).message}); the first requests measure the sessions` } satisfies WorkerEvent);
   } finally {
     free([seq]);
-    w.passes = { wide: 0, narrow: 0, spinning: 0 };
+    w.passes = noPasses();
   }
 }
 
@@ -737,9 +747,7 @@ port.on('message', async (msg: WorkerCommand) => {
       return;
     case 'close':
       return serial(msg, async () => {
-        await w.session?.release();
-        await w.narrow?.release();
-        await w.spinning?.release();
+        for (const s of new Set([w.session, ...Object.values(w.byKind ?? {})])) await s?.release();
         await w.branchSession?.release();
         port.postMessage({ type: 'done', id: msg.id } satisfies WorkerEvent);
       });
