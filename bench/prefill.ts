@@ -11,6 +11,7 @@ import { benchKey, fmt, machine } from './lib.js';
 // node-llama-cpp in-process, one sequence, batch 512). Both get the same
 // random token ids, a fresh prompt each run.
 // Usage: node dist/bench/prefill.js --models-dir DIR --model ID --gguf FILE [--tokens 512] [--runs 7]
+//   [--a K=V,... --b K=V,... [--skip 10]]: two daemons' settings against each other instead (ab() below)
 //   e.g. after compare.sh m25: --models-dir $PEER_HOME/compare/m25/models --model peer/m25 --gguf $PEER_HOME/compare/m25/model.q4_0.gguf
 
 const args = new Map<string, string>();
@@ -30,27 +31,65 @@ function prompts(vocab: number): number[][] {
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
+/** A daemon (with `env` over the defaults) answering one prompt's time to first token at a time. */
+async function cloudgateDaemon(env: Record<string, string>): Promise<{ ttft: (prompt: number[]) => Promise<number>; stop: () => Promise<void> }> {
+  const d = await startDaemon({ MODELS_DIR: modelsDir, RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', ...env });
+  const key = await benchKey(d, ['inference:use'], 1_000_000_000);
+  const ttft = async (prompt: number[]) => {
+    const t0 = performance.now();
+    const r = await fetch(`${d.inferenceUrl}/v1/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model, prompt, max_tokens: 1, temperature: 0, stream: true }),
+    });
+    const reader = r.body!.getReader();
+    const first = await reader.read();
+    const ms = performance.now() - t0;
+    if (r.status !== 200 || first.done) throw new Error(`completions answered ${r.status}`);
+    while (!(await reader.read()).done);
+    return ms;
+  };
+  return { ttft, stop: async () => void (await stopDaemon(d)) };
+}
+
 async function cloudgate(ps: number[][]): Promise<number[]> {
-  const d = await startDaemon({ MODELS_DIR: modelsDir, RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0' });
+  const d = await cloudgateDaemon({});
   try {
-    const key = await benchKey(d, ['inference:use'], 1_000_000_000);
     const out: number[] = [];
-    for (const prompt of ps) {
-      const t0 = performance.now();
-      const r = await fetch(`${d.inferenceUrl}/v1/completions`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ model, prompt, max_tokens: 1, temperature: 0, stream: true }),
-      });
-      const reader = r.body!.getReader();
-      const first = await reader.read();
-      out.push(performance.now() - t0);
-      if (r.status !== 200 || first.done) throw new Error(`completions answered ${r.status}`);
-      while (!(await reader.read()).done);
-    }
+    for (const prompt of ps) out.push(await d.ttft(prompt));
     return out.slice(1); // the first run warms the session's shapes
   } finally {
-    await stopDaemon(d);
+    await d.stop();
+  }
+}
+
+const envOf = (list: string | undefined): Record<string, string> =>
+  Object.fromEntries((list ?? '').split(',').filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+
+/**
+ * --a K=V[,K=V] --b K=V[,K=V]: two daemons up at once, each prompt sent to both in turn (the
+ * order alternating), so that each pair shares the machine's minute; the first --skip pairs
+ * (the sessions' first runs and measuring) are not counted.
+ */
+async function ab(ps: number[][]): Promise<void> {
+  const skip = Number(args.get('skip') ?? 10);
+  const a = await cloudgateDaemon(envOf(args.get('a')));
+  const b = await cloudgateDaemon(envOf(args.get('b')));
+  try {
+    const A: number[] = [];
+    const B: number[] = [];
+    for (let i = 0; i < ps.length; i++) {
+      const [x, y] = i % 2 ? [await b.ttft(ps[i]!), await a.ttft(ps[i]!)].reverse() : [await a.ttft(ps[i]!), await b.ttft(ps[i]!)];
+      if (i >= skip) A.push(x!), B.push(y!);
+    }
+    const ratios = B.map((y, i) => y / A[i]!);
+    console.log(`machine: ${machine()}`);
+    console.log(`${model}, a ${tokens}-token prompt at 1 stream, time to first token (ms), ${A.length} pairs after ${skip} not counted, order alternating`);
+    console.log(`A (${args.get('a') ?? 'defaults'}): median ${fmt(median(A), 1)} | B (${args.get('b') ?? 'defaults'}): median ${fmt(median(B), 1)}`);
+    console.log(`B / A per pair: ${ratios.map((r) => fmt(r, 2)).join(' ')}\nmedian ${fmt(median(ratios), 3)}, B faster in ${ratios.filter((r) => r < 1).length} of ${ratios.length} pairs`);
+  } finally {
+    await a.stop();
+    await b.stop();
   }
 }
 
@@ -86,6 +125,7 @@ async function main() {
   if (!model || !gguf || !fs.existsSync(gguf)) throw new Error('usage: prefill.js --models-dir DIR --model ID --gguf FILE [--tokens 512] [--runs 7]');
   const vocab = (JSON.parse(fs.readFileSync(path.join(modelsDir, model.split('/').pop()!, 'config.json'), 'utf8')) as { vocab_size: number }).vocab_size;
   const ps = prompts(vocab);
+  if (args.has('a') || args.has('b')) return ab(ps);
   const cg = await cloudgate(ps);
   const l1 = await llamacpp(ps, 1);
   const l2 = await llamacpp(ps, 2);

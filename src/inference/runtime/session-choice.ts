@@ -39,6 +39,17 @@ export const PREFILL_STEP_TOKENS_MIN = NARROW_STEP_TOKENS_MAX + 1;
 /** Counted runs per session and size before the fastest one is trusted. */
 const SAMPLES_TO_TRUST = 4;
 /**
+ * A size whose runs take at least this long (a prompt of hundreds of tokens) is measured with
+ * fewer of them: a switch's cost (weights out of the caches, threads asleep) is a small part of
+ * such a run, and each costs what a hundred decode steps do. A 512-token prompt of m25 int4
+ * (~250 ms) on three sessions was 18 runs in measuring at the short sizes' rule (12 now). Long
+ * sizes count every run but each session's first, in bursts of one, trust SAMPLES_TO_TRUST_LONG a
+ * session, and retry another every RETRY_OTHER_EVERY_LONG_STEPS.
+ */
+const LONG_RUN_MS = 20;
+const SAMPLES_TO_TRUST_LONG = 3;
+const RETRY_OTHER_EVERY_LONG_STEPS = 16;
+/**
  * How often another session is tried again for a size, in steps of that size: an estimate must
  * follow the load, and each retry (a burst, below) runs steps on a session that was slower. At
  * 64, one stream of m25 int4 ran 18 of every 400 steps on the slower sessions (~2 % of its
@@ -126,6 +137,8 @@ interface Bucket {
   ratios: Map<number, number[]>;
   /** The session being measured or tried: its steps left in a row, and whether the next run is the first (not counted). */
   burst: { kind: SessionKind; left: number; first: boolean } | undefined;
+  /** A run of this size took LONG_RUN_MS or more: measured with fewer runs. */
+  long: boolean;
 }
 
 const ratioKey = (set: number, kind: SessionKind): number => set * 16 + KIND_BIT[kind];
@@ -152,7 +165,7 @@ export class SessionChoice {
     let b = this.buckets.get(key);
     if (!b) {
       const none = (): Estimate => ({ runs: 0, recent: [] });
-      b = { est: { narrow: none(), wide: none(), spinning: none(), prefill: none() }, current: new Map(), sinceRetry: new Map(), lastRetried: new Map(), ratios: new Map(), burst: undefined };
+      b = { est: { narrow: none(), wide: none(), spinning: none(), prefill: none() }, current: new Map(), sinceRetry: new Map(), lastRetried: new Map(), ratios: new Map(), burst: undefined, long: false };
       this.buckets.set(key, b);
     }
     return b;
@@ -165,7 +178,8 @@ export class SessionChoice {
    */
   private current(b: Bucket, kinds: readonly SessionKind[]): SessionKind | undefined {
     if (kinds.length === 1) return kinds[0];
-    if (kinds.some((k) => b.est[k].recent.length < SAMPLES_TO_TRUST)) return undefined;
+    const trust = b.long ? SAMPLES_TO_TRUST_LONG : SAMPLES_TO_TRUST;
+    if (kinds.some((k) => b.est[k].recent.length < trust)) return undefined;
     const key = setOf(kinds);
     const now = b.current.get(key);
     if (now === undefined || !kinds.includes(now)) {
@@ -192,20 +206,20 @@ export class SessionChoice {
   pick(tokens: number, kinds: readonly SessionKind[]): SessionKind {
     const b = this.of(tokens);
     if (kinds.length === 1) return kinds[0]!;
-    if (b.burst && b.burst.left > 0 && kinds.includes(b.burst.kind)) {
+    if (b.burst && b.burst.left > 0 && !b.long && kinds.includes(b.burst.kind)) {
       b.burst.left--;
       return b.burst.kind;
     }
     b.burst = undefined;
     const now = this.current(b, kinds);
     const burst = (kind: SessionKind): SessionKind => {
-      b.burst = { kind, left: BURST_STEPS - 1, first: true };
+      b.burst = b.long ? { kind, left: 0, first: false } : { kind, left: BURST_STEPS - 1, first: true };
       return kind;
     };
     // Until all are known, take them in turns, a burst each (the one with fewest runs goes next).
     if (now === undefined) return burst(kinds.reduce((a, k) => (b.est[k].runs < b.est[a].runs ? k : a)));
     const key = setOf(kinds);
-    const since = ((b.sinceRetry.get(key) ?? 0) + 1) % RETRY_OTHER_EVERY_STEPS;
+    const since = ((b.sinceRetry.get(key) ?? 0) + 1) % (b.long ? RETRY_OTHER_EVERY_LONG_STEPS : RETRY_OTHER_EVERY_STEPS);
     b.sinceRetry.set(key, since);
     if (since !== 0) return now;
     // Another session's turn: the others in rotation, so each is seen again now and then.
@@ -221,7 +235,11 @@ export class SessionChoice {
     const b = this.of(tokens);
     const s = b.est[kind];
     s.runs++;
-    if (b.burst?.kind === kind && b.burst.first) {
+    if (ms >= LONG_RUN_MS) b.long = true;
+    // A long size counts a session's runs from its second: its first allocates the step's buffers
+    // (the prefill session's first 512-token runs took 343 and 303 ms, then 195-220).
+    if (b.long && s.runs === 1) return;
+    if (b.burst?.kind === kind && b.burst.first && !b.long) {
       b.burst.first = false; // cold: its weights out of the caches
       return;
     }

@@ -117,6 +117,24 @@ describe.skipIf(!stories)('stories260K as f32, int8 and int4 in one folder', () 
     }
   }, 60_000);
 
+  it('q4 evaluations run their state and their branches on prefill sessions too, with answers within the int8 products\' rounding', async () => {
+    const passes = async () =>
+      (await registries.inference.getSingleMetric('cloudgate_engine_forward_passes_total')!.get()).values.filter((v) => v.labels.model_name === 's/evaluation' && v.labels.threads === 'all_prefill').reduce((n, v) => n + v.value, 0);
+    const int8Products = await withEngine({ ...base, modelsDir: dir, dtype: 'q4', prefillSession: false }, (e) => evaluationProbabilities(e, 's/evaluation'));
+    const before = await passes();
+    const runs = await withEngine({ ...base, modelsDir: dir, dtype: 'q4' }, async (e) => {
+      const out = [];
+      for (let i = 0; i < 8; i++) out.push(await evaluationProbabilities(e, 's/evaluation'));
+      return out;
+    });
+    // the state's step and the 64 branches' step are measured in bursts of 3 on each session: both ran on the prefill ones
+    expect((await passes()) - before).toBeGreaterThanOrEqual(6);
+    const changes = runs.map((r) => largestChange(r, int8Products));
+    // measured: 0 where both steps ran as converted, up to ~0.015 where one ran in float32
+    expect(Math.max(...changes)).toBeGreaterThan(0);
+    expect(Math.max(...changes)).toBeLessThan(0.05);
+  }, 60_000);
+
   it('cloudgate.json `dtype` picks the variant; MODEL_DTYPE naming a file the folder lacks falls back to it; a missing own variant skips the folder', async () => {
     const cfgFile = path.join(dir, 'chat', 'cloudgate.json');
     const saved = fs.readFileSync(cfgFile, 'utf8');

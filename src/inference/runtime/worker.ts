@@ -39,6 +39,9 @@ interface WorkerState {
   choice: SessionChoice | undefined;
   /** The shared-prefix graph (branch.onnx) of evaluation models, when there is one. */
   branchSession: ort.InferenceSession | undefined;
+  /** The branch graph with its 4-bit products in float32, for branch steps of many tokens; with `branchChoice` (its own: a branch step's cost is not a model step's). */
+  branchPrefill: ort.InferenceSession | undefined;
+  branchChoice: SessionChoice | undefined;
   arch: Arch;
   store: KvStore;
   /** The cache of a slot-cache graph (cache.N.key inputs); the store then stays empty. */
@@ -64,6 +67,8 @@ interface WorkerState {
 const w = {
   choice: undefined,
   branchSession: undefined,
+  branchPrefill: undefined,
+  branchChoice: undefined,
   slots: undefined,
   batch: undefined,
   tokenTexts: [],
@@ -188,8 +193,19 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     } catch (e) {
       port.postMessage({ type: 'warning', message: `${msg.branchModelPath} not used (${(e as Error).message}); branches are scored with the model graph` } satisfies WorkerEvent);
     }
+    if (w.branchSession && msg.prefillSession) {
+      const branchPath = msg.branchModelPath;
+      w.branchPrefill = await extra('prefill branch session', 'branch steps multiply as short ones do', async () => {
+        const graph = prefillGraph(fs.readFileSync(branchPath));
+        return graph ? ort.InferenceSession.create(graph, cpu) : undefined;
+      });
+      if (w.branchPrefill) w.branchChoice = new SessionChoice();
+    }
   }
 }
+
+/** The sessions a branch step may run on: its graph as converted, and with 4-bit products in float32 for many tokens. */
+const BRANCH_SESSIONS: LoadedSessions = { narrow: false, spinning: false, prefill: true };
 
 /**
  * The batch of the last step stays in the session's own output tensors: when
@@ -404,8 +420,14 @@ async function branchStep(rows: StepRow[], root: Kv): Promise<Float32Array> {
   const kvs = rows.map((r) => w.store.get(r.seq)!);
   const inp = stepInputs(rows, kvs, root.len, true);
   Object.assign(inp.feeds, prefixFeeds(root));
-  w.passes.wide++;
-  return afterStep(rows, kvs, await w.branchSession!.run(inp.feeds), inp, root.len);
+  if (!w.branchChoice) {
+    w.passes.wide++;
+    return afterStep(rows, kvs, await w.branchSession!.run(inp.feeds), inp, root.len);
+  }
+  const tokens = rows.length * (inp.T - inp.P);
+  const { out, kind } = await w.branchChoice.run(tokens, sessionsFor(tokens, rows.length, BRANCH_SESSIONS), (k) => (k === 'prefill' ? w.branchPrefill! : w.branchSession!).run(inp.feeds));
+  w.passes[kind]++;
+  return afterStep(rows, kvs, out, inp, root.len);
 }
 
 /**
@@ -647,30 +669,56 @@ const WARM_UP_PROMPT_TOKENS = 16;
  * and vLLM do at start: a fresh daemon's first request took 30-34 ms to its first token and ran
  * at ~330 tokens/s where the following ones took ~10 ms and ~600 (m25 int4, one stream), paying
  * for each session's first runs, the slot cache's buffers and, with several sessions, the session
- * choice's measuring. Only a slot-cache model with several sessions gains enough to be worth its
- * start time (tens of milliseconds); its pass counts start from zero after it.
+ * choice's measuring. Only a model with several sessions gains enough to be worth its start time:
+ * a slot-cache one warms its decoding (tens of milliseconds), one with a prefill session its long
+ * steps (warmUpLong: m25 int4 ~1 s); its pass counts start from zero after it.
  */
 async function warmUp(positionsMax: number): Promise<void> {
-  if (!w.slots || !w.choice || w.arch.vocab < 1) return;
-  const seq = -1; // the scheduler numbers sequences from 0
+  if (!w.choice || w.arch.vocab < 1) return;
+  try {
+    if (w.slots) await warmUpDecoding(positionsMax);
+    if (w.loaded.prefill) await warmUpLong(positionsMax);
+  } catch (e) {
+    // Only the first requests' speed depends on it: a model that serves is served without it.
+    port.postMessage({ type: 'warning', message: `warm-up not finished (${(e as Error).message}); the first requests measure the sessions` } satisfies WorkerEvent);
+  } finally {
+    free([WARM_UP_SEQ]);
+    w.passes = noPasses();
+  }
+}
+
+/** The warm-up's throwaway sequence: the scheduler numbers sequences from 0. */
+const WARM_UP_SEQ = -1;
+
+async function warmUpDecoding(positionsMax: number): Promise<void> {
+  const seq = WARM_UP_SEQ;
   // A model of a very short context warms up on what fits in it.
   const promptLen = Math.min(WARM_UP_PROMPT_TOKENS, Math.floor(positionsMax / 2));
   const steps = Math.min(WARM_UP_DECODE_STEPS, positionsMax - promptLen);
   if (promptLen < 1) return;
   const tokens = Array.from({ length: promptLen }, (_, i) => i % w.arch.vocab);
-  try {
-    // The prompt's shape once on every session it may run on: onnxruntime plans its memory per shape and session.
-    const { feeds } = slotStepFeeds(w.slots, [{ seq, tokens }]);
-    for (const k of sessionsFor(promptLen, 1, w.loaded)) await w.byKind[k]!.run(feeds);
-    await slotStep([{ seq, tokens }]);
-    for (let i = 0; i < steps; i++) await slotStep([{ seq, tokens: [i % tokens.length] }]);
-  } catch (e) {
-    // Only the first requests' speed depends on it: a model that serves is served without it.
-    port.postMessage({ type: 'warning', message: `warm-up not finished (${(e as Error).message}); the first requests measure the sessions` } satisfies WorkerEvent);
-  } finally {
-    free([seq]);
-    w.passes = noPasses();
-  }
+  // The prompt's shape once on every session it may run on: onnxruntime plans its memory per shape and session.
+  const { feeds } = slotStepFeeds(w.slots!, [{ seq, tokens }]);
+  for (const k of sessionsFor(promptLen, 1, w.loaded)) await w.byKind[k]!.run(feeds);
+  await slotStep([{ seq, tokens }]);
+  for (let i = 0; i < steps; i++) await slotStep([{ seq, tokens: [i % tokens.length] }]);
+  free([seq]);
+}
+
+/**
+ * A long prompt's tokens the warm-up runs once on every session a step of its size may run on,
+ * where the model has a prefill session: vLLM's start-up runs its largest batch once too. A
+ * session's first long steps allocate and first touch their buffers: in the daemon the prefill
+ * session's first three 512-token steps of m25 int4 took 396, 319 and 370 ms and the next ones
+ * 195-225, and those runs were the session choice's measurements (with it: 251, 286, 215).
+ */
+const WARM_UP_LONG_PROMPT_TOKENS = 512;
+
+async function warmUpLong(positionsMax: number): Promise<void> {
+  const len = Math.min(WARM_UP_LONG_PROMPT_TOKENS, positionsMax);
+  const rows = [{ seq: WARM_UP_SEQ, tokens: Array.from({ length: len }, (_, i) => i % w.arch.vocab) }];
+  const feeds = w.slots ? slotStepFeeds(w.slots, rows).feeds : stepInputs(rows, [w.store.open(WARM_UP_SEQ, len)], 0, w.arch.hasPositionIds).feeds;
+  for (const k of sessionsFor(len, 1, w.loaded)) await w.byKind[k]!.run(feeds);
 }
 
 // Model work runs one piece at a time, in arrival order; interrupts and
@@ -749,6 +797,7 @@ port.on('message', async (msg: WorkerCommand) => {
       return serial(msg, async () => {
         for (const s of new Set([w.session, ...Object.values(w.byKind ?? {})])) await s?.release();
         await w.branchSession?.release();
+        await w.branchPrefill?.release();
         port.postMessage({ type: 'done', id: msg.id } satisfies WorkerEvent);
       });
   }

@@ -1,0 +1,59 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import ort from 'onnxruntime-node';
+import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
+import { prefillGraph } from '../src/inference/runtime/prefill-graph.js';
+import { spinningSessionConfig, spinSessionConfig } from '../src/inference/runtime/spin.js';
+import { fmt, machine } from './lib.js';
+
+// The prefill session (runtime/prefill-graph.ts) against the graph as converted: one prompt
+// step of --tokens tokens in --rows rows of a 4-bit chat graph, its MatMulNBits with int8
+// products (accuracy_level 4) and in float32 (0), each on every core with threads sleeping
+// between operators and spinning while a run lasts, timed in turns in one process.
+// Usage: node dist/bench/prefill-graph.js --model DIR/model_q4.onnx [--tokens 32,64,128,512] [--rows 1] [--reps 8]
+
+const args = new Map<string, string>();
+for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
+const file = args.get('model');
+if (!file) throw new Error("--model: a 4-bit slot-cache chat graph (a converted chat model folder's model_q4.onnx)");
+const sizes = (args.get('tokens') ?? '32,64,128,512').split(',').map(Number);
+const ROWS = Number(args.get('rows') ?? 1);
+const REPS = Number(args.get('reps') ?? 8);
+
+async function main() {
+  const cores = os.availableParallelism();
+  const converted = fs.readFileSync(file!);
+  const float = prefillGraph(converted);
+  if (!float) throw new Error(`${file} has no 4-bit products with int8 activations: nothing to compare`);
+  const open = (graph: Uint8Array, spin: boolean) =>
+    ort.InferenceSession.create(graph, { graphOptimizationLevel: 'all', intraOpNumThreads: cores, interOpNumThreads: 1, extra: { session: spin ? spinningSessionConfig() : spinSessionConfig('off') } });
+  const sessions = { int8Sleeping: await open(converted, false), int8Spinning: await open(converted, true), floatSleeping: await open(float, false), floatSpinning: await open(float, true) };
+  const kinds = Object.keys(sessions) as (keyof typeof sessions)[];
+  const meta = sessions.int8Sleeping.inputMetadata.filter((m) => /^cache\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
+  if (!meta.length) throw new Error(`${file} is not a slot-cache chat graph`);
+  console.log(`machine: ${machine()}\nmodel: ${file}, ${ROWS} row(s), ${cores} threads; median ms of ${REPS} prompt steps each (one more first, not counted), in turns`);
+  console.log('| tokens a row | int8 products, sleeping | int8, spinning | float32 products, sleeping | float32, spinning | float32 / int8 (best of each) |');
+  console.log('| --- | --- | --- | --- | --- | --- |');
+  for (const T of sizes) {
+    const ms = Object.fromEntries(kinds.map((k) => [k, [] as number[]])) as Record<(typeof kinds)[number], number[]>;
+    for (let rep = 0; rep <= REPS; rep++) {
+      for (const k of kinds) {
+        const sl = new KvSlots({ layers: meta.length, kvHeads: Number(meta[0]!.shape[1]), headDim: Number(meta[0]!.shape[3]), positionsMax: T + 1 });
+        const st = slotStepFeeds(sl, Array.from({ length: ROWS }, (_, seq) => ({ seq, tokens: Array.from({ length: T }, (_, j) => 3 + ((j * 7 + seq) % 250)) })));
+        const t0 = performance.now();
+        slotStepDone(sl, st, await sessions[k].run(st.feeds));
+        if (rep > 0) ms[k].push(performance.now() - t0);
+      }
+    }
+    const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
+    const m = kinds.map((k) => med(ms[k]));
+    const ratio = Math.min(m[2]!, m[3]!) / Math.min(m[0]!, m[1]!);
+    console.log(`| ${T} | ${m.map((x) => fmt(x, 2)).join(' | ')} | ${fmt(ratio, 3)} |`);
+  }
+  for (const k of kinds) await sessions[k].release();
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
