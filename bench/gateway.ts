@@ -5,7 +5,7 @@ import { benchKey, fmt, latencyC1, load, machine, startBare, sweep } from './lib
 // Gateway overhead: an authenticated GET through the daemon against a bare
 // uWS server answering the same bytes, in one run on one machine.
 // Usage: node dist/bench/gateway.js [--path /api/v1/models] [--port inference|platform] [--seconds 5]
-// With --generate N (and --model ID --models-dir DIR, --threads T for ORT_INTRA_OP_THREADS):
+// With --generate N (and --model ID --models-dir DIR, --threads T for ORT_INTRA_OP_THREADS, --rounds R):
 // N streaming chat clients generate the whole time, and only the concurrency-1
 // latencies are taken (gateway and bare server alike share the cores with the
 // model workers): the gateway's added p99 while the engine is busy.
@@ -17,26 +17,43 @@ const routePath = args.get('path') ?? (target === 'platform' ? '/api/v1/user/tea
 const seconds = Number(args.get('seconds') ?? 5);
 const P99_MS_MAX = 10; // the latency bound the throughput figure is quoted at
 const generate = Number(args.get('generate') ?? 0);
+const rounds = Number(args.get('rounds') ?? 3); // with --generate: gateway / bare rounds during the load
+/**
+ * With --generate, the latencies are taken once every stream has finished this many requests:
+ * in the first ~3.5 s after 16 streams start at once, a p99 over 1,500 requests was 0.8-3.1 ms,
+ * after it 0.1-0.7 with a rare 1.0-1.4 (m25 int4, bench/README.md "Gateway p99: the start of the
+ * load").
+ */
+const READY_AFTER_REQUESTS = 2;
 
 /**
  * `n` clients streaming 64-token chat completions back to back until stopped,
  * on their own thread (parsing their streams must not delay the latency
  * client's event loop); `stop` answers the completion tokens they received.
  */
-function generators(d: { inferenceUrl: string }, key: string, n: number, model: string): { stop: () => Promise<number> } {
+function generators(d: { inferenceUrl: string }, key: string, n: number, model: string): { ready: Promise<void>; stop: () => Promise<number> } {
   const w = new Worker(new URL(import.meta.url), { workerData: { inferenceUrl: d.inferenceUrl, key, n, model } });
+  let ready!: () => void;
+  const isReady = new Promise<void>((r) => (ready = r));
   const done = new Promise<number>((resolve, reject) => {
-    w.once('message', (tokens: number) => void w.terminate().then(() => resolve(tokens)));
+    w.on('message', (m: { ready: true } | { tokens: number }) => {
+      if ('ready' in m) ready();
+      else void w.terminate().then(() => resolve(m.tokens));
+    });
     w.once('error', reject);
   });
-  return { stop: async () => (w.postMessage('stop'), done) };
+  return { ready: isReady, stop: async () => (w.postMessage('stop'), done) };
 }
 
-function generateHere(d: { inferenceUrl: string }, key: string, n: number, model: string): { stop: () => Promise<number> } {
+/** `n` streams generating; `ready` once every one has finished two requests (the clients started, the batch in its cycle). */
+function generateHere(d: { inferenceUrl: string }, key: string, n: number, model: string): { ready: Promise<void>; stop: () => Promise<number> } {
   let stopping = false;
   let tokens = 0;
+  let finishedTwo = 0;
+  let ready!: () => void;
+  const isReady = new Promise<void>((r) => (ready = r));
   const one = async () => {
-    while (!stopping) {
+    for (let done = 0; !stopping; ) {
       const r = await fetch(`${d.inferenceUrl}/v1/chat/completions`, {
         method: 'POST',
         headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
@@ -46,10 +63,11 @@ function generateHere(d: { inferenceUrl: string }, key: string, n: number, model
       const usage = /"completion_tokens":(\d+)/.exec(text);
       if (r.status !== 200 || !usage) throw new Error(`chat answered ${r.status}: ${text.slice(0, 200)}`);
       tokens += Number(usage[1]);
+      if (++done === READY_AFTER_REQUESTS && ++finishedTwo === n) ready();
     }
   };
   const all = Promise.all(Array.from({ length: n }, one));
-  return { stop: async () => ((stopping = true), await all, tokens) };
+  return { ready: isReady, stop: async () => ((stopping = true), await all, tokens) };
 }
 
 async function busy(): Promise<void> {
@@ -76,20 +94,37 @@ async function busy(): Promise<void> {
       const idleGw = await latencyC1(url, headers, n);
       const idleBare = await latencyC1(bare.url, headers, n);
       const gen = generators(d, key, generate, model);
-      await new Promise((r) => setTimeout(r, 2000)); // the batch fills
+      // Measured once every stream has finished two requests, a second after: the first seconds of
+      // 16 clients starting at once (their own start-up, the chat path's first compilation, the
+      // first steps of each shape) are a start, not the load (bench/README.md "Gateway p99: the
+      // start of the load").
+      const t00 = performance.now();
+      await gen.ready;
+      await new Promise((r) => setTimeout(r, 1000));
+      const startMs = performance.now() - t00;
       const t0 = performance.now();
-      const gw = await latencyC1(url, headers, n);
-      const bs = await latencyC1(bare.url, headers, n);
-      const gw2 = await latencyC1(url, headers, n);
+      // Rounds of the gateway then the bare server, so both meet the same minutes of the load; the
+      // figure is the p99 of all the rounds' requests together, and each round's is shown too.
+      const gws: Awaited<ReturnType<typeof latencyC1>>[] = [];
+      const bss: Awaited<ReturnType<typeof latencyC1>>[] = [];
+      for (let r = 0; r < rounds; r++) {
+        gws.push(await latencyC1(url, headers, n));
+        bss.push(await latencyC1(bare.url, headers, n));
+      }
       const tokens = await gen.stop();
       const secs = (performance.now() - t0) / 1000;
-      const worst = gw.p99Us > gw2.p99Us ? gw : gw2;
+      const pooled = (runs: typeof gws) => {
+        const all = Float64Array.from(runs.flatMap((x) => [...x.samplesUs])).sort();
+        return { p50Us: all[all.length >> 1]!, p99Us: all[Math.floor(all.length * 0.99)]! };
+      };
+      const [gw, bs] = [pooled(gws), pooled(bss)];
       console.log(
         [
           `machine: ${machine()}`,
           `GET ${busyPath} at concurrency 1 (${n} requests per figure), ${model}, ORT_INTRA_OP_THREADS=${env.ORT_INTRA_OP_THREADS ?? 'default'}, MODEL_THREADS_NICE=${process.env.MODEL_THREADS_NICE ?? 'default'}`,
           `idle: gateway p50 ${fmt(idleGw.p50Us)} us p99 ${fmt(idleGw.p99Us)} us | bare p50 ${fmt(idleBare.p50Us)} us p99 ${fmt(idleBare.p99Us)} us | added p99 ${fmt((idleGw.p99Us - idleBare.p99Us) / 1000, 3)} ms`,
-          `${generate} streams generating (~${fmt(tokens / secs)} tokens/s over the measurement, ${gw.p99Us > gw2.p99Us ? 'first' : 'second'} gateway run shown, the worse): gateway p50 ${fmt(worst.p50Us)} us p99 ${fmt(worst.p99Us)} us | bare p50 ${fmt(bs.p50Us)} us p99 ${fmt(bs.p99Us)} us | added p99 ${fmt((worst.p99Us - bs.p99Us) / 1000, 3)} ms`,
+          `${generate} streams generating, measured from ${fmt(startMs / 1000, 1)} s after they started, ${rounds} rounds of ${n} requests each (~${fmt(tokens / secs)} tokens/s over the measurement): gateway p50 ${fmt(gw.p50Us)} us p99 ${fmt(gw.p99Us)} us | bare p50 ${fmt(bs.p50Us)} us p99 ${fmt(bs.p99Us)} us | added p99 ${fmt((gw.p99Us - bs.p99Us) / 1000, 3)} ms`,
+          `  each round's added p99 (ms): ${gws.map((g, i) => fmt((g.p99Us - bss[i]!.p99Us) / 1000, 3)).join(', ')}`,
         ].join('\n'),
       );
     } finally {
@@ -104,7 +139,8 @@ async function main() {
   if (!isMainThread) {
     const { inferenceUrl, key, n, model } = workerData as { inferenceUrl: string; key: string; n: number; model: string };
     const gen = generateHere({ inferenceUrl }, key, n, model);
-    parentPort!.once('message', async () => parentPort!.postMessage(await gen.stop()));
+    void gen.ready.then(() => parentPort!.postMessage({ ready: true }));
+    parentPort!.once('message', async () => parentPort!.postMessage({ tokens: await gen.stop() }));
     return;
   }
   if (generate > 0) return busy();

@@ -78,7 +78,7 @@ export const fmt = (n: number, d = 0) => n.toLocaleString('en-US', { maximumFrac
  * Latency at concurrency 1 with microsecond resolution (autocannon rounds to
  * whole milliseconds): `count` sequential requests on one keep-alive socket.
  */
-export async function latencyC1(url: string, headers: Record<string, string>, count: number): Promise<{ p50Us: number; p99Us: number; rps: number }> {
+export async function latencyC1(url: string, headers: Record<string, string>, count: number): Promise<{ p50Us: number; p99Us: number; rps: number; samplesUs: Float64Array }> {
   const http = await import('node:http');
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   const u = new URL(url);
@@ -103,7 +103,7 @@ export async function latencyC1(url: string, headers: Record<string, string>, co
   const total = performance.now() - start;
   agent.destroy();
   t.sort();
-  return { p50Us: t[Math.floor(count * 0.5)]!, p99Us: t[Math.floor(count * 0.99)]!, rps: (count / total) * 1000 };
+  return { p50Us: t[Math.floor(count * 0.5)]!, p99Us: t[Math.floor(count * 0.99)]!, rps: (count / total) * 1000, samplesUs: t };
 }
 
 /**
