@@ -142,6 +142,10 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     }
   };
   const cpu = { ...base, executionProviders: ['cpu'] };
+  // The prefill sessions run steps of every length, and a memory pattern (one block planned per
+  // shape) held ~70 MiB more after 20 prompts of 512 tokens of m25 int4 than the arena alone, at
+  // the same speed (bench/README.md "Long steps in float32").
+  const prefillOptions = { ...cpu, enableMemPattern: false };
   w.byKind = {
     wide: w.session,
     // Threads are per session: one thread here, every core in `session`.
@@ -151,7 +155,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
       ? await extra('prefill session', 'long steps multiply as short ones do', async () => {
           // undefined where the graph has no 4-bit products to change: nothing to load.
           const graph = prefillGraph(fs.readFileSync(msg.modelPath));
-          return graph ? ort.InferenceSession.create(graph, cpu) : undefined;
+          return graph ? ort.InferenceSession.create(graph, prefillOptions) : undefined;
         })
       : undefined,
   };
@@ -197,7 +201,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
       const branchPath = msg.branchModelPath;
       w.branchPrefill = await extra('prefill branch session', 'branch steps multiply as short ones do', async () => {
         const graph = prefillGraph(fs.readFileSync(branchPath));
-        return graph ? ort.InferenceSession.create(graph, cpu) : undefined;
+        return graph ? ort.InferenceSession.create(graph, prefillOptions) : undefined;
       });
       if (w.branchPrefill) w.branchChoice = new SessionChoice();
     }
