@@ -119,10 +119,11 @@ const envSchema = z.object({
   // A model of 4-bit weights (q4, q4f16) of at most 256 MiB also loads its graph with the 4-bit
   // products multiplying in float32 (MatMulNBits accuracy_level 0) where the others quantize the
   // activations to int8, and a step of more than 32 tokens runs there when that has been faster
-  // for its size: m25 int4's 512-token prompt took 212 ms there against 267 on an Intel AVX-512
-  // VNNI machine; on a Zen 4 the int8 products were twice as fast at 256 rows, and the choice
-  // keeps to them. The cost is another copy of the weights (runtime/prefill-graph.ts,
-  // bench/README.md "Long steps in float32").
+  // for its size: a 512-token prompt of m25 int4 took 203 ms with it against 228 without on an
+  // Intel AVX-512 VNNI machine; on the AMD machine of the first int4 figures the int8 products
+  // were twice as fast at 256 rows, and there the choice keeps to them. The cost is another copy
+  // of the weights and the long steps' buffers (runtime/prefill-graph.ts, docs/faults.md
+  // "Memory", bench/README.md "Long steps in float32").
   ORT_PREFILL_SESSION: bool.default(true),
   // A decode run's tokens are posted to the HTTP thread at most this often when its steps are
   // faster (a few steps a post; a sequence's first tokens and its end go at once): each post

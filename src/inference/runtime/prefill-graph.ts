@@ -5,11 +5,11 @@ import onnxProto from 'onnx-proto';
 // says: 4 quantizes each step's activations to int8 and multiplies with integer dot products
 // (VNNI), the converter's choice (MATMUL_NBITS_ACCURACY_LEVEL) because it is the faster one for
 // decode steps of a few rows; 0 dequantizes the weights and multiplies in float32, and for a
-// prompt of hundreds of tokens that can be the faster one: m25 int4's 512-token prompt took
-// 267 ms at 4 and 212 at 0 on an Intel AVX-512 VNNI machine, where on a Zen 4 machine 0 was
-// twice as slow at 256 rows (bench/README.md "Long steps in float32"). The same weights, so
-// the answers differ only by the activations' rounding; which is faster is measured as the
-// steps run.
+// prompt of hundreds of tokens that can be the faster one: m25 int4's 512-token prompt step
+// took 262 ms at 4 and 226 at 0 on an Intel AVX-512 VNNI machine, where on the AMD machine of
+// the first int4 figures 0 was twice as slow at 256 rows (bench/README.md "Long steps in
+// float32"). The same weights, so the answers differ only by the activations' rounding; which
+// is faster is measured as the steps run.
 
 const { onnx } = onnxProto;
 

@@ -83,7 +83,7 @@ describe('SessionChoice', () => {
   });
 
   it('runs long steps on the prefill session where its float32 products are faster, and not where they are slower', () => {
-    // m25 int4, a 512-token prompt: 212 against 267 ms on an Intel machine; on a Zen 4 the int8 products were twice as fast.
+    // m25 int4, a 512-token prompt: float32 products faster on an Intel machine; on the AMD one of the first int4 figures the int8 ones were twice as fast.
     const LONG: SessionKind[] = ['wide', 'spinning', 'prefill'];
     const intel = new SessionChoice();
     const ran = drive(intel, 512, 300, (k) => ({ narrow: 0, wide: 267, spinning: 262, prefill: 212 })[k], LONG);
