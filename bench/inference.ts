@@ -13,7 +13,7 @@ import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/k
 
 // Chat throughput through the daemon: N concurrent streams, aggregate
 // completion tokens per second and time to first token, over SSE as a client
-// sees them. Usage: node dist/bench/inference.js [--model ID] [--models-dir DIR] [--tokens 64] [--streams 1,4,16,64] [--seconds 8] [--raw-seconds 4] [--json-schema story]
+// sees them. Usage: node dist/bench/inference.js [--model ID] [--models-dir DIR] [--tokens 64] [--streams 1,4,16,64] [--seconds 8] [--raw-seconds 4] [--pairs K] [--json-schema story]
 // [--dtype q4]: the weight variant (MODEL_DTYPE), where the model's folder holds it; else its cloudgate.json's.
 // [--ttft first-token]: every request asks for logprobs, so each token comes in its own chunk even
 // when its text is held back (an incomplete UTF-8 character), and TTFT is taken at the first token,
@@ -27,6 +27,7 @@ const maxTokens = Number(args.get('tokens') ?? 64);
 const streams = (args.get('streams') ?? '1,4,16,64').split(',').map(Number);
 const seconds = Number(args.get('seconds') ?? 8);
 const rawSeconds = Number(args.get('raw-seconds') ?? 4);
+const pairs = Number(args.get('pairs') ?? 1);
 const dtype = args.get('dtype') as ModelDtype | undefined;
 if (dtype && !MODEL_DTYPES.includes(dtype)) throw new Error(`--dtype: one of ${MODEL_DTYPES.join(', ')}`);
 // --json-schema story: every request asks for structured output (a one-string object, so the
@@ -179,10 +180,11 @@ async function main() {
     // Each of N clients sends its next request as soon as its last one ends, for
     // `seconds`: the steady state a load test sees, not the ragged start and
     // drain of one round of N requests.
-    for (const n of streams) {
+    const rawFile = path.join(modelDir, modelFileOf(served));
+    let promptTokens = 0;
+    const daemonPhase = async (n: number) => {
       const ttfts: number[] = [];
       let tokens = 0;
-      let promptTokens = 0;
       const t0 = performance.now();
       const until = t0 + seconds * 1000;
       await Promise.all(
@@ -195,14 +197,32 @@ async function main() {
           }
         }),
       );
-      const rate = tokens / ((performance.now() - t0) / 1000);
-      const raw = await rawLoop(path.join(modelDir, modelFileOf(served)), served, n, promptTokens, maxTokens, rawSeconds);
+      return { rate: tokens / ((performance.now() - t0) / 1000), ttfts };
+    };
+    for (const n of streams) {
+      const { rate, ttfts } = await daemonPhase(n);
+      const raw = await rawLoop(rawFile, served, n, promptTokens, maxTokens, rawSeconds);
       if (n === 1) stream1.rate = rate;
       console.log(
         `streams ${String(n).padStart(2)}: daemon ${fmt(rate)} tokens/s (${ttfts.length} requests) | raw loop batch ${n}: ${fmt(raw.withPrefill)} tokens/s ` +
           `(decode steps only ${fmt(raw.decodeOnly)}) | ratio ${fmt(rate / raw.withPrefill, 2)} (${fmt(rate / raw.decodeOnly, 2)})` +
           ` | vs 1 stream ${fmt(rate / stream1.rate, 1)}x | TTFT p50 ${fmt(pct(ttfts, 0.5), 1)} ms p99 ${fmt(pct(ttfts, 0.99), 1)} ms`,
       );
+      // --pairs K: K - 1 more pairs of a daemon phase and a raw loop, the order alternating, and
+      // the daemon / raw ratio of each: one pair shares the machine's minute, where one run of
+      // each does not (bench/README.md "Long steps in float32").
+      if (pairs > 1) {
+        const ratios = [rate / raw.withPrefill];
+        for (let p = 1; p < pairs; p++) {
+          const rawFirst = p % 2 === 1;
+          const r1 = rawFirst ? await rawLoop(rawFile, served, n, promptTokens, maxTokens, rawSeconds) : undefined;
+          const dm = await daemonPhase(n);
+          const r2 = r1 ?? (await rawLoop(rawFile, served, n, promptTokens, maxTokens, rawSeconds));
+          ratios.push(dm.rate / r2.withPrefill);
+        }
+        const sorted = [...ratios].sort((a, b) => a - b);
+        console.log(`  daemon / raw loop (decode runs included) in ${pairs} pairs, order alternating: ${ratios.map((r) => fmt(r, 2)).join(' ')} | median ${fmt(sorted[sorted.length >> 1]!, 3)}`);
+      }
     }
   } finally {
     await stopDaemon(d);
