@@ -146,18 +146,17 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   // shape) held ~70 MiB more after 20 prompts of 512 tokens of m25 int4 than the arena alone, at
   // the same speed (bench/README.md "Long steps in float32").
   const prefillOptions = { ...cpu, enableMemPattern: false };
+  // undefined where the graph has no 4-bit products to change: nothing to load.
+  const prefillSessionOf = async (file: string) => {
+    const graph = prefillGraph(fs.readFileSync(file));
+    return graph ? ort.InferenceSession.create(graph, prefillOptions) : undefined;
+  };
   w.byKind = {
     wide: w.session,
     // Threads are per session: one thread here, every core in `session`.
     narrow: msg.narrowSession ? await extra('one-thread session', `every step runs on ${msg.intraOpThreads} threads`, () => ort.InferenceSession.create(msg.modelPath, { ...cpu, intraOpNumThreads: 1 })) : undefined,
     spinning: msg.spinningSession ? await extra('spinning session', 'steps run on sleeping threads', () => ort.InferenceSession.create(msg.modelPath, { ...cpu, extra: { session: spinningSessionConfig() } })) : undefined,
-    prefill: msg.prefillSession
-      ? await extra('prefill session', 'long steps multiply as short ones do', async () => {
-          // undefined where the graph has no 4-bit products to change: nothing to load.
-          const graph = prefillGraph(fs.readFileSync(msg.modelPath));
-          return graph ? ort.InferenceSession.create(graph, prefillOptions) : undefined;
-        })
-      : undefined,
+    prefill: msg.prefillSession ? await extra('prefill session', 'long steps multiply as short ones do', () => prefillSessionOf(msg.modelPath)) : undefined,
   };
   w.loaded = { narrow: !!w.byKind.narrow, spinning: !!w.byKind.spinning, prefill: !!w.byKind.prefill };
   if (w.loaded.narrow || w.loaded.spinning || w.loaded.prefill) w.choice = new SessionChoice();
@@ -199,10 +198,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     }
     if (w.branchSession && msg.prefillSession) {
       const branchPath = msg.branchModelPath;
-      w.branchPrefill = await extra('prefill branch session', 'branch steps multiply as short ones do', async () => {
-        const graph = prefillGraph(fs.readFileSync(branchPath));
-        return graph ? ort.InferenceSession.create(graph, prefillOptions) : undefined;
-      });
+      w.branchPrefill = await extra('prefill branch session', 'branch steps multiply as short ones do', () => prefillSessionOf(branchPath));
       if (w.branchPrefill) w.branchChoice = new SessionChoice();
     }
   }
