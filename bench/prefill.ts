@@ -79,8 +79,11 @@ async function ab(ps: number[][]): Promise<void> {
     const A: number[] = [];
     const B: number[] = [];
     for (let i = 0; i < ps.length; i++) {
-      const [x, y] = i % 2 ? [await b.ttft(ps[i]!), await a.ttft(ps[i]!)].reverse() : [await a.ttft(ps[i]!), await b.ttft(ps[i]!)];
-      if (i >= skip) A.push(x!), B.push(y!);
+      let x: number;
+      let y: number;
+      if (i % 2) (y = await b.ttft(ps[i]!)), (x = await a.ttft(ps[i]!));
+      else (x = await a.ttft(ps[i]!)), (y = await b.ttft(ps[i]!));
+      if (i >= skip) A.push(x), B.push(y);
     }
     const ratios = B.map((y, i) => y / A[i]!);
     console.log(`machine: ${machine()}`);

@@ -98,6 +98,15 @@ describe('SessionChoice', () => {
     expect(drive(zen, 1, 50, () => 1, ['wide']).prefill).toBe(0);
   });
 
+  it('keeps decode steps of many rows to the short rule however long they take: retries in bursts every 256 steps', () => {
+    // 16 rows of m110 int4: ~21 ms on two threads, ~30 on one; a retry every 16 steps would run 1 in 16 on the slower one.
+    const c = new SessionChoice();
+    const ran = drive(c, 16, 2000, (k) => (k === 'wide' ? 21 : 30));
+    expect(c.chosen(16, PAIR)).toBe('wide');
+    // measuring (2 bursts of 3 each) and a burst of 3 every 256 steps
+    expect(ran.narrow).toBeLessThanOrEqual(6 + 3 * Math.ceil(2000 / 256));
+  });
+
   it('keeps to the faster session while the machine speeds up and slows down under both', () => {
     // The whole machine runs 1x to 2.5x slower in waves of 400 steps, both sessions alike. A retried
     // session's best run over a thousand steps must not be taken against the running one's last few.

@@ -44,7 +44,11 @@ const SAMPLES_TO_TRUST = 4;
  * such a run, and each costs what a hundred decode steps do. A 512-token prompt of m25 int4
  * (~250 ms) on three sessions was 18 runs in measuring at the short sizes' rule (12 now). Long
  * sizes count every run but each session's first, in bursts of one, trust SAMPLES_TO_TRUST_LONG a
- * session, and retry another every RETRY_OTHER_EVERY_LONG_STEPS.
+ * session, and retry another every RETRY_OTHER_EVERY_LONG_STEPS. Only steps of at least
+ * PREFILL_STEP_TOKENS_MIN tokens count as long: a decode step of 16 rows of m110 int4 takes ~21
+ * ms, and its retries run on a one-thread session ~40 % slower, which every 16 steps would cost
+ * ~2.6 % of 16 streams' rate where bursts every 256 cost ~0.5 %; and one pre-empted short step
+ * must not move its size to the long rule for good.
  */
 const LONG_RUN_MS = 20;
 const SAMPLES_TO_TRUST_LONG = 3;
@@ -137,7 +141,7 @@ interface Bucket {
   ratios: Map<number, number[]>;
   /** The session being measured or tried: its steps left in a row, and whether the next run is the first (not counted). */
   burst: { kind: SessionKind; left: number; first: boolean } | undefined;
-  /** A run of this size took LONG_RUN_MS or more: measured with fewer runs. */
+  /** A step of this size (PREFILL_STEP_TOKENS_MIN tokens or more) took LONG_RUN_MS or more: measured with fewer runs. */
   long: boolean;
 }
 
@@ -235,7 +239,7 @@ export class SessionChoice {
     const b = this.of(tokens);
     const s = b.est[kind];
     s.runs++;
-    if (ms >= LONG_RUN_MS) b.long = true;
+    if (ms >= LONG_RUN_MS && tokens >= PREFILL_STEP_TOKENS_MIN) b.long = true;
     // A long size counts a session's runs from its second: its first allocates the step's buffers
     // (the prefill session's first 512-token runs took 343 and 303 ms, then 195-220).
     if (b.long && s.runs === 1) return;

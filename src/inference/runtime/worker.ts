@@ -671,7 +671,7 @@ const WARM_UP_PROMPT_TOKENS = 16;
  * for each session's first runs, the slot cache's buffers and, with several sessions, the session
  * choice's measuring. Only a model with several sessions gains enough to be worth its start time:
  * a slot-cache one warms its decoding (tens of milliseconds), one with a prefill session its long
- * steps (warmUpLong: m25 int4 ~1 s); its pass counts start from zero after it.
+ * steps (warmUpLong: ~1.4 s more at load for m25 int4); its pass counts start from zero after it.
  */
 async function warmUp(positionsMax: number): Promise<void> {
   if (!w.choice || w.arch.vocab < 1) return;
