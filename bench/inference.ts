@@ -56,16 +56,19 @@ async function rawLoop(modelFile: string, dtype: ModelDtype, B: number, prompt: 
   // The daemon's own reading of its settings (the same defaults, the same refusals).
   const cfg = loadConfig(process.env);
   const threads = cfg.ORT_INTRA_OP_THREADS ?? threadsFor(modelFile);
+  const provider = cfg.EXECUTION_PROVIDER;
   const options = (intraOpNumThreads: number): ort.InferenceSession.SessionOptions => ({
     graphOptimizationLevel: 'all',
     intraOpNumThreads,
     interOpNumThreads: 1,
     extra: { session: spinSessionConfig(cfg.ORT_INTRA_OP_SPIN) },
+    executionProviders: [provider],
   });
   const sess = await ort.InferenceSession.create(modelFile, options(threads));
   // The daemon's worker's sessions (runtime/session-choice.ts), chosen the same way; the loop's B rows are its sequences.
   const allow = { narrow: cfg.ORT_NARROW_SESSION, spinning: cfg.ORT_SPINNING_SESSION, prefill: cfg.ORT_PREFILL_SESSION, spin: cfg.ORT_INTRA_OP_SPIN };
-  const loaded = extraSessionsFor(modelFile, threads, dtype, allow);
+  // A GPU provider's model has no extra CPU sessions in the daemon (engine.ts), nor here.
+  const loaded = provider === 'cpu' ? extraSessionsFor(modelFile, threads, dtype, allow) : { narrow: false, spinning: false, prefill: false };
   const narrow = loaded.narrow ? await ort.InferenceSession.create(modelFile, options(1)) : undefined;
   const spinning = loaded.spinning ? await ort.InferenceSession.create(modelFile, { ...options(threads), extra: { session: spinningSessionConfig() } }) : undefined;
   const prefillBytes = loaded.prefill ? prefillGraph(fs.readFileSync(modelFile)) : undefined;
@@ -76,7 +79,7 @@ async function rawLoop(modelFile: string, dtype: ModelDtype, B: number, prompt: 
   const runOn = async (feeds: Record<string, ort.Tensor>, tokens: number) =>
     (await choice.run(tokens, sessionsFor(tokens, B, loaded), (k) => sessions[k]!.run(feeds))).out;
   try {
-    if (sess.inputNames.includes('cache_bias')) return await slotLoop(sess, runOn, B, prompt, steps, seconds);
+    if (sess.inputNames.includes('cache_bias')) return await slotLoop(sess, runOn, B, prompt, steps, seconds, provider === 'cpu');
     return await pastLoop(sess, runOn, B, prompt, steps, seconds);
   } finally {
     await sess.release();
@@ -132,9 +135,9 @@ async function pastLoop(sess: ort.InferenceSession, runOn: RunOn, B: number, pro
 }
 
 /** rawLoop for a slot-cache graph (chat models): the worker's own cache (runtime/kv-slots.ts), with no scheduler, sampler or messages around it. */
-async function slotLoop(sess: ort.InferenceSession, runOn: RunOn, B: number, prompt: number, steps: number, seconds: number): Promise<{ withPrefill: number; decodeOnly: number }> {
+async function slotLoop(sess: ort.InferenceSession, runOn: RunOn, B: number, prompt: number, steps: number, seconds: number, emptyCacheFeeds: boolean): Promise<{ withPrefill: number; decodeOnly: number }> {
   const meta = sess.inputMetadata.filter((m) => /^cache\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
-  const sl = new KvSlots({ layers: meta.length, kvHeads: Number(meta[0]!.shape[1]), headDim: Number(meta[0]!.shape[3]), positionsMax: prompt + steps });
+  const sl = new KvSlots({ layers: meta.length, kvHeads: Number(meta[0]!.shape[1]), headDim: Number(meta[0]!.shape[3]), positionsMax: prompt + steps, emptyCacheFeeds });
   const seqs = Array.from({ length: B }, (_, i) => i);
   let tokens = 0;
   let total = 0;

@@ -38,7 +38,7 @@ async function main() {
     const ms = Object.fromEntries(kinds.map((k) => [k, [] as number[]])) as Record<(typeof kinds)[number], number[]>;
     for (let rep = 0; rep <= REPS; rep++) {
       for (const k of kinds) {
-        const sl = new KvSlots({ layers: meta.length, kvHeads: Number(meta[0]!.shape[1]), headDim: Number(meta[0]!.shape[3]), positionsMax: T + 1 });
+        const sl = new KvSlots({ layers: meta.length, kvHeads: Number(meta[0]!.shape[1]), headDim: Number(meta[0]!.shape[3]), positionsMax: T + 1, emptyCacheFeeds: true });
         const st = slotStepFeeds(sl, Array.from({ length: ROWS }, (_, seq) => ({ seq, tokens: Array.from({ length: T }, (_, j) => 3 + ((j * 7 + seq) % 250)) })));
         const t0 = performance.now();
         slotStepDone(sl, st, await sessions[k].run(st.feeds));

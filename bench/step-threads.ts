@@ -34,7 +34,7 @@ async function open(threads: number, spin: ThreadSpin): Promise<ort.InferenceSes
 async function pass(s: ort.InferenceSession, B: number): Promise<{ promptMs: number; stepMs: number[] }> {
   const meta = s.inputMetadata.filter((m) => /^cache\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
   if (!meta.length) throw new Error(`${file} is not a slot-cache chat graph`);
-  const sl = new KvSlots({ layers: meta.length, kvHeads: Number(meta[0]!.shape[1]), headDim: Number(meta[0]!.shape[3]), positionsMax: PROMPT_TOKENS + DECODE_STEPS + 1 });
+  const sl = new KvSlots({ layers: meta.length, kvHeads: Number(meta[0]!.shape[1]), headDim: Number(meta[0]!.shape[3]), positionsMax: PROMPT_TOKENS + DECODE_STEPS + 1, emptyCacheFeeds: true });
   const seqs = Array.from({ length: B }, (_, i) => i);
   const run = async (n: number) => {
     const st = slotStepFeeds(sl, seqs.map((seq) => ({ seq, tokens: Array.from({ length: n }, (_, j) => 5 + j) })));

@@ -344,7 +344,7 @@ describe.skipIf(!STORIES)('stories260K conversion (needs ../shared/models/storie
     const chat = await ort.InferenceSession.create(path.join(chatDir, 'model.onnx'), { intraOpNumThreads: 1 });
     expect(chat.inputNames).toEqual(expect.arrayContaining(['input_ids', 'position_ids', 'cache_bias', 'new_bias', 'cache.4.value']));
     expect(chat.outputNames).toEqual(['logits', 'new_key_values']);
-    const sl = new KvSlots({ layers: ck.config.nLayers, kvHeads: ck.config.nKvHeads, headDim: headSize(ck.config), positionsMax: ck.config.seqLen });
+    const sl = new KvSlots({ layers: ck.config.nLayers, kvHeads: ck.config.nKvHeads, headDim: headSize(ck.config), positionsMax: ck.config.seqLen, emptyCacheFeeds: true });
     const prompt = refEncode(vocab, 'Once upon a time', true, false);
     const got: number[] = [];
     let input = prompt;

@@ -23,7 +23,7 @@ describe('slot-cache graph and KvSlots', () => {
     it(`matches the reference through joins, leaves and chunked prompts (${heads} heads, ${kvHeads} kv heads)`, async () => {
       const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: heads, nKvHeads: kvHeads, vocabSize: 64, seqLen: 160, seed: 5, std: 0.3 });
       const sess = await ort.InferenceSession.create(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, { intraOpNumThreads: 1 });
-      const sl = new KvSlots({ layers: 2, kvHeads, headDim: headSize(ck.config), positionsMax: 160 });
+      const sl = new KvSlots({ layers: 2, kvHeads, headDim: headSize(ck.config), positionsMax: 160, emptyCacheFeeds: true });
       const refs = new Map<number, { ref: RefTransformer; pos: number }>();
       const V = ck.config.vocabSize;
       let maxErr = 0;
@@ -113,7 +113,7 @@ describe('slot-cache graph and KvSlots', () => {
   });
 
   it('keeps an emptied cache of a small capacity for the next sequence, without reallocating', () => {
-    const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 1000 });
+    const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 1000, emptyCacheFeeds: true });
     sl.open(1);
     sl.reserve(100);
     const views = sl.feeds(0, 1);
@@ -125,7 +125,7 @@ describe('slot-cache graph and KvSlots', () => {
   });
 
   it('keeps a grown cache for a next sequence as long, and rebuilds it smaller for a short one, never under a sequence with content', () => {
-    const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 2000 });
+    const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 2000, emptyCacheFeeds: true });
     sl.open(1);
     sl.reserve(513);
     const cap = sl.cap;
@@ -151,7 +151,7 @@ describe('slot-cache graph and KvSlots', () => {
   });
 
   it('grows the capacity by a quarter, in multiples of 16 positions', () => {
-    const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 2000 });
+    const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 2000, emptyCacheFeeds: true });
     sl.open(1);
     const caps: number[] = [];
     for (const need of [64, 65, 81, 113, 145, 1000]) {
@@ -162,7 +162,7 @@ describe('slot-cache graph and KvSlots', () => {
   });
 
   it('refuses to grow a sequence past the model\'s positions', () => {
-    const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 100 });
+    const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 100, emptyCacheFeeds: true });
     sl.open(1);
     expect(() => sl.reserve(101)).toThrow(/101 positions passes the model's 100/);
     sl.reserve(100);

@@ -12,6 +12,12 @@ export interface SlotLayout {
   headDim: number;
   /** Positions no sequence can pass (the model's context, its RoPE table). */
   positionsMax: number;
+  /**
+   * Whether a step may feed a cache of no positions (a first prompt chunk). onnxruntime's webgpu
+   * provider (1.30) ends the process with SIGSEGV on one, so a GPU session gets the whole capacity,
+   * hidden by cache_bias, instead.
+   */
+  emptyCacheFeeds: boolean;
 }
 
 /** Capacity a fresh cache starts with; it grows as the longest sequence needs, up to the layout's positionsMax. */
@@ -62,6 +68,9 @@ export class KvSlots {
   }
   get headDim(): number {
     return this.layout.headDim;
+  }
+  get emptyCacheFeeds(): boolean {
+    return this.layout.emptyCacheFeeds;
   }
 
   /** Bytes of the cache buffers: the KV bytes gauge. */
@@ -273,7 +282,7 @@ export function slotStepFeeds(sl: KvSlots, rows: ReadonlyArray<{ seq: number; to
   const S = Math.max(...rows.map((r) => r.tokens.length));
   // Rows that all start empty (a first prompt chunk) read no cache: an empty one goes in, and the
   // step attends over its own tokens only instead of also over a capacity of hidden positions.
-  const C = order.every((row) => sl.len(rows[row]!.seq) === 0) ? 0 : sl.cap;
+  const C = sl.emptyCacheFeeds && order.every((row) => sl.len(rows[row]!.seq) === 0) ? 0 : sl.cap;
   const ids = new BigInt64Array(B * S);
   const pos = new BigInt64Array(B * S);
   const cacheBias = new Float32Array(B * C).fill(HIDDEN_BIAS);

@@ -184,7 +184,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   w.store = new KvStore(w.arch);
   if (slotCache) {
     if (w.arch.kvType !== 'float32' || w.arch.logitsType !== 'float32') throw new Error('a slot-cache graph keeps a float32 cache and float32 logits');
-    w.slots = new KvSlots({ ...w.arch, positionsMax: msg.positionsMax });
+    w.slots = new KvSlots({ ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: provider === 'cpu' });
   }
   if (msg.branchModelPath) {
     // The branch graph only makes scoring faster: a model whose branch graph does not load scores without it.

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The GPU figures of issue 14 item 5, on a device machine (bench/README.md "GPU"): cloudgate on
+# onnxruntime's webgpu provider (Dawn on Vulkan, NVIDIA's driver) and on the same machine's CPU
+# cores, then llama.cpp's CUDA build (node-llama-cpp's prebuilt @node-llama-cpp/linux-x64-cuda), on
+# the same llama2.c checkpoints (../shared/peer's gen-llama2c.mjs, seed 1; ONNX by our converter,
+# GGUF by the peer's llama2c-to-gguf.mjs). Runs from the checkout's root with .gpu/ (bench/gpu/pack.sh)
+# and dist/ carried (a call: .gpu/base, .gpu/app and dist, or .gpu/base and .gpu/llama); prints its log. Steps run in the order given, each bounded; none starts once
+# DEADLINE_S seconds have passed. Usage: bash bench/gpu/run.sh setup parity models cg-m25 ...
+set -uo pipefail
+t0=$(date +%s)
+DEADLINE_S=${DEADLINE_S:-480}
+SECS=${SECS:-4}
+STREAMS=${STREAMS:-1,16,64}
+G=/tmp/cg
+OUT=${OUT:-/tmp/cg-out}
+mkdir -p "$G" "$OUT"
+log() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+export PATH=$G:$PATH SHARED_MODELS_DIR=$PWD/.gpu/base/models
+
+declare -A GEN=([m25]='--dim 512 --hidden 1376 --layers 8 --heads 8 --kv-heads 8 --vocab 512 --seq-len 1024' [m110]='--dim 768 --hidden 2048 --layers 12 --heads 12 --kv-heads 12 --vocab 512 --seq-len 1024')
+TOK=$PWD/.gpu/base/models/stories260K/tok512.bin
+
+setup() {
+  [ -x $G/node ] || { xz -dc .gpu/base/node.xz > $G/node && chmod +x $G/node; }
+  [ -f .gpu/app/app.tar.xz ] && tar -xJf .gpu/app/app.tar.xz --strip-components 1 -C .
+  if ! ldconfig -p | grep -q 'libvulkan.so.1 '; then
+    dpkg -x .gpu/base/libvulkan1_*.deb $G/vk
+    export LD_LIBRARY_PATH=$G/vk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+  for f in /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
+    [ -f "$f" ] && { export VK_DRIVER_FILES=$f; break; }
+  done
+  [ -d /usr/local/nvidia/lib64 ] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/nvidia/lib64
+  log "node $(node -v), $(nproc) cores, ICD ${VK_DRIVER_FILES:-none}"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+}
+
+# The webgpu provider against the CPU on stories260K at each width (tokens, probabilities).
+parity() { timeout 120 node dist/bench/webgpu-parity.js; }
+
+# The m25 and m110 checkpoints, converted to f32 and int4 ONNX (one folder each) and an m25 evaluation model.
+models() {
+  for s in m25 m110; do
+    [ -f $G/$s.bin ] || node .gpu/base/peer-scripts/gen-llama2c.mjs --out $G/$s.bin ${GEN[$s]} --seed 1 --std 0.02 >/dev/null
+  done
+  node dist/src/inference/convert/cli.js $G/m25.bin $TOK $G/models-m25/m25 --id peer/m25 --kind chat --weights f32,int4 >/dev/null &
+  node dist/src/inference/convert/cli.js $G/m110.bin $TOK $G/models-m110/m110 --id peer/m110 --kind chat --weights f32,int4 >/dev/null &
+  node dist/src/inference/convert/cli.js generate $G/models-eval/m25-eval ${GEN[m25]} --seed 1 --tokenizer $TOK --kind evaluation --id bench/m25-eval --weights f32,int4 >/dev/null &
+  wait
+  du -sh $G/models-*/*/*.onnx
+}
+
+# cloudgate at STREAMS on webgpu and on the CPU: the daemon and the raw ONNX loop of the same file.
+cg() {
+  local s=$1 dtype=$2
+  for ep in webgpu cpu; do
+    log "cloudgate $s $dtype on $ep"
+    EXECUTION_PROVIDER=$ep EXECUTION_PROVIDER_STRICT=true timeout 200 node dist/bench/inference.js --model peer/$s --models-dir $G/models-$s --dtype $dtype --streams $STREAMS --seconds $SECS --raw-seconds 3 --ttft first-token 2>&1 | grep -v '"level"'
+  done
+}
+
+evaluation() {
+  for ep in webgpu cpu; do
+    for dtype in fp32 q4; do
+      log "evaluations m25-eval $dtype on $ep"
+      EXECUTION_PROVIDER=$ep EXECUTION_PROVIDER_STRICT=true timeout 120 node dist/bench/evaluation.js --model bench/m25-eval --models-dir $G/models-eval --dtype $dtype 2>&1 | grep -v '"level"'
+    done
+  done
+}
+
+# llama.cpp's CUDA build on the GGUF of the same checkpoint (q4_0 for our int4, f32 for f32).
+llama_setup() {
+  [ -d $G/peer ] || tar -xJf .gpu/llama/peer.tar.xz -C $G
+  # The harness asks node-llama-cpp for its CPU build (gpu: false); PEER_GPU=cuda asks for the CUDA one.
+  sed -i -e "s/    gpu: false,/    gpu: process.env.PEER_GPU === 'cuda' ? 'cuda' : false,/" -e "s/    progressLogs: false,/    progressLogs: !!process.env.PEER_GPU,/" $G/peer/lib.mjs
+  local libs
+  libs=$(find / -xdev \( -name 'libcublas.so.13' -o -name 'libcudart.so.13' -o -name 'libcuda.so.1' -o -name 'libnvidia-ml.so.1' \) -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
+  export LD_LIBRARY_PATH=${libs}${LD_LIBRARY_PATH:-} PEER_HOME=$G/peer PEER_GPU=${PEER_GPU-cuda} NODE_LLAMA_CPP_SKIP_DOWNLOAD=true
+  log "CUDA libraries in ${libs:-nowhere}"
+  # Which build node-llama-cpp loads, and its first CUDA context (the driver compiles the PTX it uses, once).
+  timeout 120 node --input-type=module -e "const m = await import('$G/peer/lib.mjs'); const l = await m.loadLlama({}); console.log('llama.cpp build:', l.gpu || 'cpu', JSON.stringify(await l.getVramState()))"
+}
+
+llama() {
+  local s=$1 type=$2
+  [ -f $G/$s.bin ] || node $G/peer/gen-llama2c.mjs --out $G/$s.bin ${GEN[$s]} --seed 1 --std 0.02 >/dev/null
+  [ -f $G/$s.$type.gguf ] || node $G/peer/llama2c-to-gguf.mjs $G/$s.bin $TOK $G/$s.$type.gguf --name peer-$s --type $type >/dev/null
+  log "llama.cpp $s $type (warm-up: the driver compiles the kernels each batch size uses on first use)"
+  timeout 200 node $G/peer/llamacpp-bench.mjs --model $G/$s.$type.gguf --streams $STREAMS --seconds 1 >/dev/null
+  log "llama.cpp $s $type"
+  timeout 200 node $G/peer/llamacpp-bench.mjs --model $G/$s.$type.gguf --streams $STREAMS --seconds $SECS --json $OUT/llama-$s-$type.json --label "llama.cpp cuda $s $type"
+}
+
+for step in "$@"; do
+  if (( $(date +%s) - t0 > DEADLINE_S )); then log "skipped $step: past DEADLINE_S=$DEADLINE_S"; continue; fi
+  log "== $step"
+  case $step in
+    setup) setup ;;
+    parity) parity ;;
+    models) models ;;
+    cg-m25) cg m25 q4 ;;
+    cg-m110) cg m110 q4 ;;
+    cg-m25-f32) cg m25 fp32 ;;
+    cg-m110-f32) cg m110 fp32 ;;
+    eval) evaluation ;;
+    llama-setup) llama_setup ;;
+    llama-m25) llama m25 q4_0 ;;
+    llama-m110) llama m110 q4_0 ;;
+    llama-m25-f32) llama m25 f32 ;;
+    llama-m110-f32) llama m110 f32 ;;
+    *) log "unknown step $step" ;;
+  esac
+done
+log "done"
