@@ -30,13 +30,23 @@ setup() {
   for f in /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
     [ -f "$f" ] && { export VK_DRIVER_FILES=$f; break; }
   done
-  [ -d /usr/local/nvidia/lib64 ] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/nvidia/lib64
+  [ -n "${VK_DRIVER_FILES:-}" ] || VK_DRIVER_FILES=$(find /usr /etc /opt -name 'nvidia_icd*.json' 2>/dev/null | head -1)
+  # The ICD names the driver's Vulkan library by file name: its folder must be on the library path.
+  local glx
+  glx=$(find /usr /opt /lib -name 'libGLX_nvidia.so.0' -printf '%h\n' 2>/dev/null | head -1)
+  [ -n "$glx" ] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$glx
+  if [ -z "$VK_DRIVER_FILES" ] && [ -n "$glx" ]; then
+    echo '{"file_format_version":"1.0.0","ICD":{"library_path":"libGLX_nvidia.so.0","api_version":"1.3.0"}}' > $G/nvidia_icd.json
+    VK_DRIVER_FILES=$G/nvidia_icd.json
+  fi
+  export VK_DRIVER_FILES VK_ICD_FILENAMES=$VK_DRIVER_FILES
+  log "driver's Vulkan library in ${glx:-nowhere}"
   log "node $(node -v), $(nproc) cores, ICD ${VK_DRIVER_FILES:-none}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 }
 
 # The webgpu provider against the CPU on stories260K at each width (tokens, probabilities).
-parity() { timeout 120 node dist/bench/webgpu-parity.js; }
+parity() { timeout 120 node dist/bench/webgpu-parity.js 2>&1 | grep -v '"level"'; }
 
 # The m25 and m110 checkpoints, converted to f32 and int4 ONNX (one folder each) and an m25 evaluation model.
 models() {
@@ -74,7 +84,7 @@ llama_setup() {
   # The harness asks node-llama-cpp for its CPU build (gpu: false); PEER_GPU=cuda asks for the CUDA one.
   sed -i -e "s/    gpu: false,/    gpu: process.env.PEER_GPU === 'cuda' ? 'cuda' : false,/" -e "s/    progressLogs: false,/    progressLogs: !!process.env.PEER_GPU,/" $G/peer/lib.mjs
   local libs
-  libs=$(find / -xdev \( -name 'libcublas.so.13' -o -name 'libcudart.so.13' -o -name 'libcuda.so.1' -o -name 'libnvidia-ml.so.1' \) -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
+  libs=$(find /usr /opt /lib /lib64 \( -name 'libcublas.so.13' -o -name 'libcudart.so.13' -o -name 'libcuda.so.1' -o -name 'libnvidia-ml.so.1' \) -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
   export LD_LIBRARY_PATH=${libs}${LD_LIBRARY_PATH:-} PEER_HOME=$G/peer PEER_GPU=${PEER_GPU-cuda} NODE_LLAMA_CPP_SKIP_DOWNLOAD=true
   log "CUDA libraries in ${libs:-nowhere}"
   # Which build node-llama-cpp loads, and its first CUDA context (the driver compiles the PTX it uses, once).
