@@ -31,9 +31,8 @@ if [[ ${1:-} != --llama ]]; then
   rm -rf "$nm/uWebSockets.js/docs" "$nm/protobufjs/cli"
   find "$nm/@embedded-postgres" -name '*.a' -delete
   tar -C "$stage" -cf - app | xz -T2 -6 > "$out/app/app.tar.xz"
-  # The Vulkan loader (the NVIDIA driver brings its own ICD, not the loader).
-  mkdir -p "$stage/debs" && (cd "$stage/debs" && apt-get download libvulkan1 >/dev/null 2>&1)
-  cp "$stage"/debs/libvulkan1_*.deb "$out/base/"
+  # The Vulkan loader and glvnd (the NVIDIA driver brings its ICD, not these): the device notes' list.
+  mkdir -p "$out/base/gl" && (cd "$out/base/gl" && apt-get download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null 2>&1)
 fi
 if [[ ${1:-} == --llama || ${1:-} == --all ]]; then
   peer=${PEER_HOME:-/tmp/cloudgate-peer}

@@ -22,27 +22,34 @@ TOK=$PWD/.gpu/base/models/stories260K/tok512.bin
 
 setup() {
   [ -x $G/node ] || { xz -dc .gpu/base/node.xz > $G/node && chmod +x $G/node; }
-  [ -f .gpu/app/app.tar.xz ] && tar -xJf .gpu/app/app.tar.xz --strip-components 1 -C .
-  if ! ldconfig -p | grep -q 'libvulkan.so.1 '; then
-    dpkg -x .gpu/base/libvulkan1_*.deb $G/vk
-    export LD_LIBRARY_PATH=$G/vk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  fi
-  for f in /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
-    [ -f "$f" ] && { export VK_DRIVER_FILES=$f; break; }
-  done
-  [ -n "${VK_DRIVER_FILES:-}" ] || VK_DRIVER_FILES=$(find /usr /etc /opt -name 'nvidia_icd*.json' 2>/dev/null | head -1)
-  # The ICD names the driver's Vulkan library by file name: its folder must be on the library path.
-  local glx
-  glx=$(find /usr /opt /lib -name 'libGLX_nvidia.so.0' -printf '%h\n' 2>/dev/null | head -1)
-  [ -n "$glx" ] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$glx
-  if [ -z "$VK_DRIVER_FILES" ] && [ -n "$glx" ]; then
-    echo '{"file_format_version":"1.0.0","ICD":{"library_path":"libGLX_nvidia.so.0","api_version":"1.3.0"}}' > $G/nvidia_icd.json
-    VK_DRIVER_FILES=$G/nvidia_icd.json
-  fi
-  export VK_DRIVER_FILES VK_ICD_FILENAMES=$VK_DRIVER_FILES
-  log "driver's Vulkan library in ${glx:-nowhere}"
-  log "node $(node -v), $(nproc) cores, ICD ${VK_DRIVER_FILES:-none}"
+  [ -f .gpu/app/app.tar.xz ] && [ ! -d node_modules/onnxruntime-node ] && tar -xJf .gpu/app/app.tar.xz --strip-components 1 -C .
+  # The Vulkan loader and glvnd, unpacked into / as the device notes say (the image has neither).
+  for f in .gpu/base/gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+  [ -d /usr/local/nvidia/lib64 ] && export LD_LIBRARY_PATH=/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  log "node $(node -v), $(nproc) cores"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+}
+
+# The first NVIDIA Vulkan ICD on which onnxruntime's webgpu provider opens a session.
+vulkan() {
+  [ -f $G/probe/model.onnx ] || node dist/src/inference/convert/cli.js .gpu/base/models/stories260K/stories260K.bin $TOK $G/probe --id probe --kind chat >/dev/null
+  local lib
+  lib=$(find /usr/local/nvidia /usr/lib /usr/lib64 -name 'libGLX_nvidia.so.0' 2>/dev/null | head -1)
+  [ -n "$lib" ] && echo '{"file_format_version":"1.0.0","ICD":{"library_path":"'"$lib"'","api_version":"1.3.0"}}' > $G/nvidia_icd_path.json
+  for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json $G/nvidia_icd_path.json; do
+    [ -f "$icd" ] || continue
+    log "ICD $icd: $(tr -d ' \n' < "$icd" | cut -c1-160)"
+    if VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd timeout 60 node --input-type=module -e "import ort from 'onnxruntime-node'; await ort.InferenceSession.create('$G/probe/model.onnx', { executionProviders: ['webgpu'] }); console.log('webgpu session opened')" 2>&1 | grep -v VerifyEach | tail -4 | grep -q 'webgpu session opened'; then
+      export VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd
+      log "webgpu runs on $icd"
+      return 0
+    fi
+    VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd timeout 60 node --input-type=module -e "import ort from 'onnxruntime-node'; await ort.InferenceSession.create('$G/probe/model.onnx', { executionProviders: ['webgpu'] })" 2>&1 | grep -i 'warning\|error' | head -3
+  done
+  ls -la /usr/local/nvidia/lib64 2>/dev/null | grep -i 'glx\|vulkan\|nvidia-gl' | head
+  log "no ICD opened a webgpu session"
+  return 1
 }
 
 # The webgpu provider against the CPU on stories260K at each width (tokens, probabilities).
@@ -63,14 +70,14 @@ models() {
 # cloudgate at STREAMS on webgpu and on the CPU: the daemon and the raw ONNX loop of the same file.
 cg() {
   local s=$1 dtype=$2
-  for ep in webgpu cpu; do
+  for ep in ${EPS:-webgpu cpu}; do
     log "cloudgate $s $dtype on $ep"
     EXECUTION_PROVIDER=$ep EXECUTION_PROVIDER_STRICT=true timeout 200 node dist/bench/inference.js --model peer/$s --models-dir $G/models-$s --dtype $dtype --streams $STREAMS --seconds $SECS --raw-seconds 3 --ttft first-token 2>&1 | grep -v '"level"'
   done
 }
 
 evaluation() {
-  for ep in webgpu cpu; do
+  for ep in ${EPS:-webgpu cpu}; do
     for dtype in fp32 q4; do
       log "evaluations m25-eval $dtype on $ep"
       EXECUTION_PROVIDER=$ep EXECUTION_PROVIDER_STRICT=true timeout 120 node dist/bench/evaluation.js --model bench/m25-eval --models-dir $G/models-eval --dtype $dtype 2>&1 | grep -v '"level"'
@@ -106,6 +113,7 @@ for step in "$@"; do
   log "== $step"
   case $step in
     setup) setup ;;
+    vulkan) vulkan || exit 1 ;;
     parity) parity ;;
     models) models ;;
     cg-m25) cg m25 q4 ;;
