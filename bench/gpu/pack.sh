@@ -45,7 +45,7 @@ if [[ ${1:-} == --llama || ${1:-} == --all ]]; then
   rm -rf "$stage/peer/node_modules/node-llama-cpp/llama/gitRelease.bundle" "$stage/peer/node_modules/@node-llama-cpp/linux-x64/bins"
   (cd "$stage/peer/node_modules/@node-llama-cpp" && npm pack -q @node-llama-cpp/linux-x64-cuda@3.22.1 >/dev/null && mkdir linux-x64-cuda && tar -xzf node-llama-cpp-linux-x64-cuda-*.tgz -C linux-x64-cuda --strip-components 1 && rm -f node-llama-cpp-linux-x64-cuda-*.tgz)
   bins=$stage/peer/node_modules/@node-llama-cpp/linux-x64-cuda/bins/linux-x64-cuda
-  python3 "$root/bench/gpu/prune-fatbin.py" "$bins/libggml-cuda.so" 90
+  python3 "$root/bench/gpu/prune-fatbin.py" "$bins/libggml-cuda.so" 90 --ptx-isa "${PTX_ISA:-9.0}"
   tar -C "$stage" -cf - peer | xz -T2 -6 > "$out/llama/peer.tar.xz"
 fi
 du -sh "$out"/*

@@ -92,7 +92,7 @@ llama_setup() {
   sed -i -e "s/    gpu: false,/    gpu: process.env.PEER_GPU === 'cuda' ? 'cuda' : false,/" -e "s/    progressLogs: false,/    progressLogs: !!process.env.PEER_GPU,/" $G/peer/lib.mjs
   local libs
   libs=$(find /usr /opt /lib /lib64 \( -name 'libcublas.so.13' -o -name 'libcudart.so.13' -o -name 'libcuda.so.1' -o -name 'libnvidia-ml.so.1' \) -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
-  export LD_LIBRARY_PATH=${libs}${LD_LIBRARY_PATH:-} PEER_HOME=$G/peer PEER_GPU=${PEER_GPU-cuda} NODE_LLAMA_CPP_SKIP_DOWNLOAD=true
+  export CUDA_CACHE_MAXSIZE=4294967296 LD_LIBRARY_PATH=${libs}${LD_LIBRARY_PATH:-} PEER_HOME=$G/peer PEER_GPU=${PEER_GPU-cuda} NODE_LLAMA_CPP_SKIP_DOWNLOAD=true
   log "CUDA libraries in ${libs:-nowhere}"
   # Which build node-llama-cpp loads, and its first CUDA context (the driver compiles the PTX it uses, once).
   timeout 120 node --input-type=module -e "const m = await import('$G/peer/lib.mjs'); const l = await m.loadLlama({}); console.log('llama.cpp build:', l.gpu || 'cpu', JSON.stringify(await l.getVramState()))"
@@ -103,7 +103,7 @@ llama() {
   [ -f $G/$s.bin ] || node $G/peer/gen-llama2c.mjs --out $G/$s.bin ${GEN[$s]} --seed 1 --std 0.02 >/dev/null
   [ -f $G/$s.$type.gguf ] || node $G/peer/llama2c-to-gguf.mjs $G/$s.bin $TOK $G/$s.$type.gguf --name peer-$s --type $type >/dev/null
   log "llama.cpp $s $type (warm-up: the driver compiles the kernels each batch size uses on first use)"
-  timeout 200 node $G/peer/llamacpp-bench.mjs --model $G/$s.$type.gguf --streams $STREAMS --seconds 1 >/dev/null
+  timeout 150 node $G/peer/llamacpp-bench.mjs --model $G/$s.$type.gguf --streams $STREAMS --seconds 1 >/dev/null
   log "llama.cpp $s $type"
   timeout 200 node $G/peer/llamacpp-bench.mjs --model $G/$s.$type.gguf --streams $STREAMS --seconds $SECS --json $OUT/llama-$s-$type.json --label "llama.cpp cuda $s $type"
 }
