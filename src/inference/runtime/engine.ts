@@ -104,9 +104,11 @@ export function pickVariant(dir: string, own: ModelDtype, daemonWide?: ModelDtyp
   return own;
 }
 
-/** The worker's init fields for the extra sessions of a model (none off CPU). */
+/**
+ * The worker's init fields for the extra sessions of a model on the CPU. A worker whose GPU
+ * provider starts loads none; one that falls back to the CPU loads these.
+ */
 function extraSessions(cfg: EngineConfig, modelPath: string, threads: number, dtype: ModelDtype): { narrowSession: boolean; spinningSession: boolean; prefillSession: boolean } {
-  if (cfg.executionProvider !== 'cpu') return { narrowSession: false, spinningSession: false, prefillSession: false };
   const allow = { narrow: cfg.narrowSession !== false, spinning: cfg.spinningSession !== false, prefill: cfg.prefillSession !== false, spin: cfg.threadsSpin ?? 'off' };
   const x = extraSessionsFor(modelPath, threads, dtype, allow);
   return { narrowSession: x.narrow, spinningSession: x.spinning, prefillSession: x.prefill };

@@ -8,6 +8,8 @@ import { findStories260k } from '../convert/default-models.js';
 import { writeModelDir } from '../convert/model-config.js';
 import { evaluationProbabilities, greedyTokens, largestChange, leadingAgreement } from '../convert/variant-quality.js';
 import { Engine } from './engine.js';
+import { PREFILL_STEP_TOKENS_MIN } from './session-choice.js';
+import { registries } from '../../metrics.js';
 
 // EXECUTION_PROVIDER=webgpu: chat and evaluations on onnxruntime's webgpu provider (Dawn on
 // Vulkan) answer as on the CPU. It runs where a Vulkan device is found: a GPU with its driver, or
@@ -58,4 +60,27 @@ describe.skipIf(!stories)('webgpu', () => {
       expect(largestChange(gpu.probs, cpu.probs), `${dtype ?? 'fp32'} evaluation probabilities`).toBeLessThan(dtype ? 0.05 : 1e-3);
     }
   }, 180_000);
+
+  it('where no adapter opens, EXECUTION_PROVIDER=webgpu falls back to the CPU with the CPU\'s extra sessions, and strict leaves the model out', async (ctx) => {
+    if (!missing) return ctx.skip();
+    // strict: a model whose provider does not start is not served (the folder is skipped with an error in the log)
+    const strict = await Engine.load({ modelsDir: dir, executionProvider: 'webgpu', strict: true, intraOpThreads: 1, dtype: 'q4' });
+    expect(strict.list()).toEqual([]);
+    await strict.close();
+    const passes = async () =>
+      (await registries.inference.getSingleMetric('cloudgate_engine_forward_passes_total')!.get()).values.filter((v) => v.labels.model_name === 's/chat' && v.labels.threads === 'all_prefill').reduce((n, v) => n + v.value, 0);
+    const before = await passes();
+    const e = await Engine.load({ modelsDir: dir, executionProvider: 'webgpu', strict: false, intraOpThreads: 1, dtype: 'q4' });
+    try {
+      for (let i = 0; i < 6; i++) {
+        const promptTokens = await e.encodeText('s/chat', `Once upon a time there was a little dog who liked to play in the park with ${i} friends every day, and then they all went home to sleep.`, true);
+        expect(promptTokens.length).toBeGreaterThanOrEqual(PREFILL_STEP_TOKENS_MIN);
+        for await (const ev of e.generate('s/chat', { promptTokens, maxTokens: 1, temperature: 0, topP: 1, stop: [] })) if (ev.type === 'done') break;
+      }
+    } finally {
+      await e.close();
+    }
+    // A q4 model on the CPU loads its prefill session, and long prompts are measured on it (before: a fallen-back model loaded none).
+    expect((await passes()) - before).toBeGreaterThanOrEqual(1);
+  }, 60_000);
 });

@@ -151,12 +151,14 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     const graph = prefillGraph(fs.readFileSync(file));
     return graph ? ort.InferenceSession.create(graph, prefillOptions) : undefined;
   };
+  // The extra sessions are CPU sessions: a model on a GPU provider runs every step on it.
+  const onCpu = provider === 'cpu';
   w.byKind = {
     wide: w.session,
     // Threads are per session: one thread here, every core in `session`.
-    narrow: msg.narrowSession ? await extra('one-thread session', `every step runs on ${msg.intraOpThreads} threads`, () => ort.InferenceSession.create(msg.modelPath, { ...cpu, intraOpNumThreads: 1 })) : undefined,
-    spinning: msg.spinningSession ? await extra('spinning session', 'steps run on sleeping threads', () => ort.InferenceSession.create(msg.modelPath, { ...cpu, extra: { session: spinningSessionConfig() } })) : undefined,
-    prefill: msg.prefillSession ? await extra('prefill session', 'long steps multiply as short ones do', () => prefillSessionOf(msg.modelPath)) : undefined,
+    narrow: onCpu && msg.narrowSession ? await extra('one-thread session', `every step runs on ${msg.intraOpThreads} threads`, () => ort.InferenceSession.create(msg.modelPath, { ...cpu, intraOpNumThreads: 1 })) : undefined,
+    spinning: onCpu && msg.spinningSession ? await extra('spinning session', 'steps run on sleeping threads', () => ort.InferenceSession.create(msg.modelPath, { ...cpu, extra: { session: spinningSessionConfig() } })) : undefined,
+    prefill: onCpu && msg.prefillSession ? await extra('prefill session', 'long steps multiply as short ones do', () => prefillSessionOf(msg.modelPath)) : undefined,
   };
   w.loaded = { narrow: !!w.byKind.narrow, spinning: !!w.byKind.spinning, prefill: !!w.byKind.prefill };
   if (w.loaded.narrow || w.loaded.spinning || w.loaded.prefill) w.choice = new SessionChoice();
@@ -196,7 +198,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     } catch (e) {
       port.postMessage({ type: 'warning', message: `${msg.branchModelPath} not used (${(e as Error).message}); branches are scored with the model graph` } satisfies WorkerEvent);
     }
-    if (w.branchSession && msg.prefillSession) {
+    if (w.branchSession && onCpu && msg.prefillSession) {
       const branchPath = msg.branchModelPath;
       w.branchPrefill = await extra('prefill branch session', 'branch steps multiply as short ones do', () => prefillSessionOf(branchPath));
       if (w.branchPrefill) w.branchChoice = new SessionChoice();
