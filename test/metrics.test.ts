@@ -35,6 +35,9 @@ describe('metrics', () => {
     expect(i).not.toContain('process_cpu_user_seconds_total');
     expect(value(p, 'cloudgate_build_info', ['server="platform"'])).toBe(1);
     expect(value(i, 'cloudgate_build_info', ['server="inference"'])).toBe(1);
+    // Where each model runs, one series a model.
+    expect(value(i, 'cloudgate_engine_model_info', [`model_name="${CHAT}"`, 'provider="cpu"', 'dtype="fp32"'])).toBe(1);
+    expect(value(i, 'cloudgate_engine_model_info', [`model_name="${CHAT}"`])).toBe(1);
   });
 
   it('passes promtool\'s lint rules (vLLM\'s colon names on the inference port the one exemption)', async () => {

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { log } from '../../log.js';
 import { branchFileOf, modelFileOf, parseModelConfig, type ModelDtype } from '../convert/model-config.js';
 import type { ChatMessage, GenerateEvent, GenerateRequest, InferenceEngine, ScoreRequest, ScoreResult, ServedModel } from '../engine-api.js';
+import { engineMetrics } from './metrics.js';
 import { defaultEngineOptions, type EngineOptions } from './options.js';
 import { Runner } from './runner.js';
 import { Scheduler } from './scheduler.js';
@@ -162,6 +163,7 @@ export class Engine implements InferenceEngine {
           created: c.created,
         };
         models.set(c.id, { info, text, runner, scheduler: new Scheduler(c.id, runner, text, opts, c.contextLength) });
+        engineMetrics.modelInfo.set({ model: c.id, provider: runner.arch.provider, dtype });
         log.info({ model: c.id, kind: c.kind, dtype, provider: runner.arch.provider, arch: runner.arch }, 'model loaded');
       } catch (e) {
         // One broken folder must not keep the others from serving.

@@ -44,6 +44,9 @@ const workerHeap = gauge({ name: 'cloudgate_engine_worker_heap_used_bytes', help
 const workerExternal = gauge({ name: 'cloudgate_engine_worker_external_bytes', help: 'Memory a model worker holds outside its V8 heap that V8 knows of (ArrayBuffers: tensors, logits); ONNX Runtime\'s own allocations are not in it', labelNames: N }, 'inference');
 const modelDown = gauge({ name: 'cloudgate_engine_model_down', help: '1 while a model is down: its worker died more often than the restart budget allows', labelNames: N }, 'inference');
 const admissionWait = gauge({ name: 'cloudgate_engine_admission_wait_seconds', help: 'The wait a request arriving now would have for a batch slot, as admission estimated it last', labelNames: N }, 'inference');
+// Where a model runs: a GPU provider that fell back to the CPU shows here, not only in the log.
+const modelInfo = gauge({ name: 'cloudgate_engine_model_info', help: 'Always 1: the execution provider a model runs on (cpu, webgpu, cuda) and the weight variant served (fp32, fp16, int8, q4, q4f16)', labelNames: ['model_name', 'provider', 'dtype'] }, 'inference');
+const infoOf = new Map<string, { model_name: string; provider: string; dtype: string }>();
 const kvBytes = gauge({ name: 'cloudgate_engine_kv_cache_bytes', help: 'Bytes held by the KV caches: live sequences, and a chat model\'s slot buffers for up to 10 s after its last sequence', labelNames: N }, 'inference');
 
 export const engineMetrics = {
@@ -51,6 +54,16 @@ export const engineMetrics = {
   workerRestarts: { inc: (l: ModelLabels) => workerRestarts.inc(L(l)) },
   workerMemory: { set: (l: ModelLabels, heapUsedBytes: number, externalBytes: number) => (workerHeap.set(L(l), heapUsedBytes), workerExternal.set(L(l), externalBytes)) },
   modelDown: { set: (l: ModelLabels, down: boolean) => modelDown.set(L(l), down ? 1 : 0) },
+  modelInfo: {
+    // One series a model: a model loaded again elsewhere (another provider or variant) replaces its own.
+    set: (l: ModelLabels & { provider: string; dtype: string }) => {
+      const now = { model_name: l.model, provider: l.provider, dtype: l.dtype };
+      const before = infoOf.get(l.model);
+      if (before) modelInfo.remove(before);
+      modelInfo.set(now, 1);
+      infoOf.set(l.model, now);
+    },
+  },
   running: { set: (l: ModelLabels, v: number) => running.set(L(l), v) },
   waiting: { set: (l: ModelLabels, v: number) => waiting.set(L(l), v) },
   promptTokens: { inc: (l: ModelLabels, v = 1) => promptTokens.inc(L(l), v) },

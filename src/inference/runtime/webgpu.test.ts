@@ -28,6 +28,12 @@ async function webgpuMissing(file: string): Promise<string | undefined> {
   }
 }
 
+/** The provider and variant cloudgate_engine_model_info says a model runs on. */
+async function providerOf(model: string): Promise<{ provider: string; dtype: string } | undefined> {
+  const v = (await registries.inference.getSingleMetric('cloudgate_engine_model_info')!.get()).values.find((x) => x.labels.model_name === model);
+  return v && { provider: String(v.labels.provider), dtype: String(v.labels.dtype) };
+}
+
 describe.skipIf(!stories)('webgpu', () => {
   let dir: string;
   let missing: string | undefined;
@@ -47,6 +53,7 @@ describe.skipIf(!stories)('webgpu', () => {
       const run = async (executionProvider: 'cpu' | 'webgpu') => {
         const e = await Engine.load({ modelsDir: dir, executionProvider, strict: true, intraOpThreads: 1, dtype });
         try {
+          expect(await providerOf('s/chat')).toEqual({ provider: executionProvider, dtype: dtype ?? 'fp32' });
           return { once: await greedyTokens(e, 's/chat', 'Once upon a time'), probs: await evaluationProbabilities(e, 's/evaluation') };
         } finally {
           await e.close();
@@ -82,5 +89,6 @@ describe.skipIf(!stories)('webgpu', () => {
     }
     // A q4 model on the CPU loads its prefill session, and long prompts are measured on it (before: a fallen-back model loaded none).
     expect((await passes()) - before).toBeGreaterThanOrEqual(1);
+    expect(await providerOf('s/chat')).toEqual({ provider: 'cpu', dtype: 'q4' });
   }, 60_000);
 });
