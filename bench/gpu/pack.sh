@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Packs what bench/gpu/run.sh needs on a GPU machine that has no Node and no network, into
 # .gpu/ (ignored by git), in parts that each fit with Node in the 64 MiB a device call carries:
-# .gpu/base (this Node binary, the Vulkan loader, stories260K, the peer's checkpoint and GGUF
-# writers), .gpu/app (the built checkout's runtime node_modules, Linux x64 binaries only) and
-# .gpu/llama (the peer harness with node-llama-cpp's CUDA build, pruned to its compute_90 PTX by
-# bench/gpu/prune-fatbin.py). A call carries .gpu/base with .gpu/app, or with .gpu/llama.
+# .gpu/base (this Node binary, the Vulkan loader and glvnd, stories260K, the peer's checkpoint
+# and GGUF writers), .gpu/app (the built checkout's runtime node_modules, Linux x64 binaries only) and
+# .gpu/llama (the peer harness with node-llama-cpp's CUDA build, pruned to its compute_90 PTX at
+# the ISA of CUDA 13.0 by bench/gpu/prune-fatbin.py). A call carries .gpu/base and dist/ with
+# .gpu/app, or .gpu/base with .gpu/llama. Needs apt-get (Debian's packages), zstd and xz.
 # Usage, from the checkout's root after `npm ci && npm run build`: bash bench/gpu/pack.sh [--llama | --all]
 set -euo pipefail
 root=$(pwd)

@@ -4,8 +4,10 @@
 # cores, then llama.cpp's CUDA build (node-llama-cpp's prebuilt @node-llama-cpp/linux-x64-cuda), on
 # the same llama2.c checkpoints (../shared/peer's gen-llama2c.mjs, seed 1; ONNX by our converter,
 # GGUF by the peer's llama2c-to-gguf.mjs). Runs from the checkout's root with .gpu/ (bench/gpu/pack.sh)
-# and dist/ carried (a call: .gpu/base, .gpu/app and dist, or .gpu/base and .gpu/llama); prints its log. Steps run in the order given, each bounded; none starts once
-# DEADLINE_S seconds have passed. Usage: bash bench/gpu/run.sh setup parity models cg-m25 ...
+# and dist/ carried (a call: .gpu/base, .gpu/app and dist, or .gpu/base and .gpu/llama) and prints
+# its log; llama.cpp's results also go to $OUT as JSON. Steps run in the order given, each
+# bounded; none starts once DEADLINE_S seconds have passed.
+# Usage: bash bench/gpu/run.sh setup vulkan parity models cg-m25 cg-m110 eval ...
 set -uo pipefail
 t0=$(date +%s)
 DEADLINE_S=${DEADLINE_S:-480}
