@@ -84,6 +84,26 @@ describe('engine', () => {
     expect(joined.ids).toEqual(ref);
   }, 60_000);
 
+  it('runs prompts that join a decode run together in one step where they fit, and each decodes as it would alone', async () => {
+    const refs = [];
+    for (let i = 8; i < 14; i++) refs.push((await collect(greedy(prompt(i), 16))).ids);
+    // Prompt steps (the scheduler's and the joins'), as cloudgate_engine_batch_size{phase="prefill"} counts them.
+    const prefill = async () => {
+      const v = (await registries.inference.getSingleMetric('cloudgate_engine_batch_size')!.get()).values.filter((x) => x.labels.model_name === gen() && x.labels.phase === 'prefill');
+      return { steps: v.find((x) => x.metricName === 'cloudgate_engine_batch_size_count')?.value ?? 0, rows: v.find((x) => x.metricName === 'cloudgate_engine_batch_size_sum')?.value ?? 0 };
+    };
+    const before = await prefill();
+    const long = [0, 1].map((i) => collect(greedy(prompt(i), 300)));
+    await new Promise((r) => setTimeout(r, 20)); // mid-decode: arrivals now join the run
+    const joined = await Promise.all(Array.from({ length: 6 }, (_, k) => collect(greedy(prompt(8 + k), 16))));
+    await Promise.all(long);
+    for (let k = 0; k < 6; k++) expect(joined[k]!.ids, `prompt ${8 + k}`).toEqual(refs[k]);
+    const after = await prefill();
+    // Every row counted once; one step each for the 6 joins would make at least 7 steps with the long prompts'.
+    expect(after.rows - before.rows).toBe(8);
+    expect(after.steps - before.steps).toBeLessThanOrEqual(5);
+  }, 60_000);
+
   it('frees the slot of a generation cancelled while it joins a running decode, and the others go on unchanged', async () => {
     const refs = await Promise.all([0, 1].map(async (i) => (await collect(greedy(prompt(i), 40))).ids));
     const running = [0, 1].map((i) => collect(greedy(prompt(i), 40)));

@@ -108,8 +108,12 @@ export type WorkerEvent =
   | { type: 'warning'; message: string }
   /** Every WORKER_MEMORY_REPORT_MS: the worker's own V8 heap and the memory outside it that V8 knows of (tensors' buffers). */
   | { type: 'memory'; heapUsedBytes: number; externalBytes: number; kvBytes: number }
-  /** tokens[b]: the token sampled for row b, -1 for rows without a sampler (their logits are the answer). */
-  | { type: 'step'; id: number; logits: Float32Array; tokens: Int32Array; kvBytes: number; passes: ModelPasses; logprobs?: Array<TokenLogprob | null> }
+  /**
+   * tokens[b]: the token sampled for row b, -1 for rows without a sampler (their logits are the answer).
+   * rowsInStep: the rows of the step this reply's rows ran in, on the first reply of that step; 0 on
+   * the other replies of a step that joins shared (worker.ts runJoins), so each step is counted once.
+   */
+  | { type: 'step'; id: number; logits: Float32Array; tokens: Int32Array; kvBytes: number; passes: ModelPasses; logprobs?: Array<TokenLogprob | null>; rowsInStep: number }
   /** Steps of a decode run, in order: one, or a few fast ones held together (token-posts.ts). */
   | { type: 'tokens'; id: number; steps: StepTokens[] }
   | { type: 'decode-done'; id: number; kvBytes: number; passes: ModelPasses }

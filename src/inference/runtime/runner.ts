@@ -12,6 +12,8 @@ export interface StepResult {
   logits: Float32Array;
   tokens: Int32Array;
   logprobs?: Array<TokenLogprob | null>;
+  /** Rows of the step these rows ran in; 0 where joins shared a step and another reply counted it (protocol.ts). */
+  rowsInStep: number;
 }
 /** One decode-run step: the token (and, when asked, logprob) of each sequence that ran; `madeAt`: when the worker sampled them, on this thread's performance.now() clock. */
 export type OnTokens = (seqs: number[], tokens: Int32Array, logprobs: Array<TokenLogprob | null> | undefined, madeAt: number) => void;
@@ -159,7 +161,7 @@ export class Runner {
     const r = (await this.call({ type: 'step', id: this.nextId++, rows })) as Extract<WorkerEvent, { type: 'step' }>;
     this.kvBytes = r.kvBytes;
     this.countPasses(r.passes);
-    return { logits: r.logits, tokens: r.tokens, logprobs: r.logprobs };
+    return { logits: r.logits, tokens: r.tokens, logprobs: r.logprobs, rowsInStep: r.rowsInStep };
   }
 
   /** A prompt step that joins the decode run in flight (or runs as a step when there is none). */
@@ -167,7 +169,7 @@ export class Runner {
     const r = (await this.call({ type: 'join', id: this.nextId++, rows })) as Extract<WorkerEvent, { type: 'step' }>;
     this.kvBytes = r.kvBytes;
     this.countPasses(r.passes);
-    return { logits: r.logits, tokens: r.tokens, logprobs: r.logprobs };
+    return { logits: r.logits, tokens: r.tokens, logprobs: r.logprobs, rowsInStep: r.rowsInStep };
   }
 
   /**

@@ -141,24 +141,32 @@ export class Scheduler {
     return seq!;
   }
 
+  /** A generation whose whole (rest of its) prompt fits one step's budget, not yet sent: it can join a decode run. */
+  private joinable(seq: Seq): boolean {
+    return !!seq.gen && seq.gen.produced === 0 && !seq.joining && !seq.cancelled && seq.pending.length > 0 && seq.pending.length <= this.opts.prefillTokensPerStepMax;
+  }
+
   /**
    * Sends a waiting generation's whole prompt to the worker to run between
    * two steps of the decode run in flight, which it then joins: an arrival
    * costs no interruption and no round trip between the threads.
    */
   private join(seq: Seq, onJoin: (s: Seq) => void): boolean {
-    if (!seq.gen || seq.pending.length > this.opts.prefillTokensPerStepMax || this.slotsUsed() >= this.opts.batchSizeMax) return false;
+    if (!this.joinable(seq)) return false;
     const w = this.waiting.indexOf(seq);
-    if (w < 0) return false;
-    this.unqueue(w);
-    this.activate(seq);
+    if (w >= 0) {
+      if (this.slotsUsed() >= this.opts.batchSizeMax) return false;
+      this.unqueue(w);
+      this.activate(seq);
+    } else if (!this.active.has(seq)) return false;
     seq.joining = true;
     onJoin(seq);
     const n = seq.pending.length;
-    M.batchSize.observe({ model: this.modelId, phase: 'prefill' }, 1);
     this.runner
       .join([{ seq: seq.id, tokens: seq.pending.slice(), sampler: this.samplerFor(seq, n) }])
-      .then(({ tokens, logprobs }) => {
+      .then(({ tokens, logprobs, rowsInStep }) => {
+        // Joins that arrived together share a step (worker.ts runJoins): counted once, with all its rows.
+        if (rowsInStep) M.batchSize.observe({ model: this.modelId, phase: 'prefill' }, rowsInStep);
         seq.joining = false;
         seq.pending.splice(0, n);
         if (!seq.cancelled) {
@@ -321,10 +329,17 @@ export class Scheduler {
         const decoding = [...this.active].filter((s) => s.gen && !s.gen.finished && s.pending.length === 1 && s.gen.produced > 0 && !this.paused(s));
         const prefilling = [...this.active].filter((s) => s.pending.length > 0 && !s.joining && !(s.gen && s.gen.produced > 0));
         if (!decoding.length && !prefilling.length) break;
-        const decode = decoding.length > 0 && (!prefilling.length || !this.lastWasDecode);
+        // Prompts that fit a step join the decode run (the worker runs them between two of its
+        // steps, those that came together in one step); only the others (long prompts in chunks,
+        // evaluations) take turns with it. Before, any waiting prompt cut the run to one step and
+        // ran alone: at 16 streams most prompts arrived then, one at a time (bench/README.md
+        // "Prompts join the decode run").
+        const joining = decoding.length ? prefilling.filter((s) => this.joinable(s)) : [];
+        const others = prefilling.filter((s) => !joining.includes(s));
+        const decode = decoding.length > 0 && (!others.length || !this.lastWasDecode);
         this.lastWasDecode = decode;
         const budget = decoding.length ? this.opts.prefillTokensPerStepMax : this.opts.prefillTokensPerIdleStepMax;
-        await (decode ? this.decodeRun(decoding, prefilling.length > 0) : this.prefillStep(prefilling, budget));
+        await (decode ? this.decodeRun(decoding, others.length > 0, joining) : this.prefillStep(prefilling, budget));
       }
     } catch (e) {
       log.error({ err: e, model: this.modelId }, 'scheduler step failed');
@@ -457,7 +472,7 @@ export class Scheduler {
    * reading or caught up, a cancellation. Sequences that end here (a stop
    * string, a cancelled stream) are freed in the worker at its next step.
    */
-  private async decodeRun(rows: Seq[], prefillWaiting: boolean): Promise<void> {
+  private async decodeRun(rows: Seq[], prefillWaiting: boolean, joining: Seq[] = []): Promise<void> {
     const byId = new Map(rows.map((s) => [s.id, s]));
     let interrupted = false;
     const interrupt = () => {
@@ -495,6 +510,8 @@ export class Scheduler {
         if (drop.length) this.runner.free(drop);
         if (rows.some((s) => !dropped.has(s.id) && !s.gen!.finished && this.paused(s))) interrupt();
       });
+      // After the decode message: the worker is in the run when these arrive, so they join it.
+      for (const s of joining) this.joinRun(s);
       if (prefillWaiting) interrupt(); // one step, then the waiting prompt
       await run;
       // The worker ends a sequence by the same rules as accept(); a run that stepped nothing would loop forever.
