@@ -609,8 +609,8 @@ async function runJoin(j: Extract<WorkerCommand, { type: 'join' }>): Promise<num
 
 /**
  * Runs the pending joins, those that arrived during the same step in one step where they fit
- * JOINED_STEP_TOKENS_MAX: 16 streams of m25 f32 had 20-token prompts prefilled one at a time, at
- * a third less GFLOP/s than a few together (bench/README.md "Joins that arrive together").
+ * JOINED_STEP_TOKENS_MAX: a step costs per row far less at a few rows than at one, and on a GPU
+ * a step costs about the same whatever its rows (bench/README.md "Prompts join the decode run").
  * Each join is answered on its own; a shared step that fails runs its joins alone, so each
  * gets its own answer or error. Returns the generations started.
  */
