@@ -98,6 +98,20 @@ describe('SessionChoice', () => {
     expect(drive(zen, 1, 50, () => 1, ['wide']).prefill).toBe(0);
   });
 
+  it('measures no further at a long size a session whose counted run took 1.25 times another\'s, and still moves there if its retries are faster', () => {
+    const LONG: SessionKind[] = ['wide', 'spinning', 'prefill'];
+    // Zen 4: the prefill session ~1.9x slower at 512 tokens; 12 steps: 4 runs each of wide and spinning (the first not counted), 2 of prefill
+    const zen = new SessionChoice();
+    const first = drive(zen, 512, 12, (k) => ({ narrow: 0, wide: 176, spinning: 172, prefill: 330 })[k], LONG);
+    expect(first.prefill).toBe(2); // before: 4, as many as the others
+    expect(zen.chosen(512, LONG)).toBe('spinning');
+    // A first counted run that misled (a pre-empted run): the retries, one every 16 long steps, move the size there.
+    const misled = new SessionChoice();
+    let prefillRuns = 0;
+    drive(misled, 512, 200, (k) => (k === 'prefill' ? (++prefillRuns <= 2 ? 400 : 150) : { narrow: 0, wide: 176, spinning: 172, prefill: 0 }[k]), LONG);
+    expect(misled.chosen(512, LONG)).toBe('prefill');
+  });
+
   it('keeps decode steps of many rows to the short rule however long they take: retries in bursts every 256 steps', () => {
     // 16 rows of m110 int4: ~21 ms on two threads, ~30 on one; a retry every 16 steps would run 1 in 16 on the slower one.
     const c = new SessionChoice();

@@ -52,6 +52,15 @@ const SAMPLES_TO_TRUST = 4;
  */
 const LONG_RUN_MS = 20;
 const SAMPLES_TO_TRUST_LONG = 3;
+/**
+ * At a long size a session whose counted runs take this many times another's is measured no
+ * further (the retries, every RETRY_OTHER_EVERY_LONG_STEPS, still move the size to it if that
+ * run misled): on a Zen 4 machine the prefill session's 380-token steps
+ * took ~30 % longer than the int8 products', and measuring each size with 3 of them made the
+ * first requests of every size of an evaluation slower at q4 than at fp32 (bench/README.md
+ * "Long sizes decided early").
+ */
+const LONG_SLOWER_RATIO = 1.25;
 const RETRY_OTHER_EVERY_LONG_STEPS = 16;
 /**
  * How often another session is tried again for a size, in steps of that size: an estimate must
@@ -156,6 +165,17 @@ function medianOf(xs: number[]): number {
   return s[s.length >> 1]!;
 }
 
+/**
+ * The allowed sessions still measured for a size: all of them, except at a long size those whose
+ * counted runs take LONG_SLOWER_RATIO times another's (one counted run each suffices there).
+ */
+function contenders(b: Bucket, kinds: readonly SessionKind[]): readonly SessionKind[] {
+  if (!b.long) return kinds;
+  let best = Infinity;
+  for (const k of kinds) if (b.est[k].recent.length) best = Math.min(best, fastestMs(b.est[k]));
+  return kinds.filter((k) => b.est[k].recent.length === 0 || fastestMs(b.est[k]) < LONG_SLOWER_RATIO * best);
+}
+
 /** Step sizes in buckets of powers of two: 1, 2, 3-4, 5-8, ... tokens. */
 function bucketOf(tokens: number): number {
   return Math.ceil(Math.log2(Math.max(1, tokens)));
@@ -183,7 +203,7 @@ export class SessionChoice {
   private current(b: Bucket, kinds: readonly SessionKind[]): SessionKind | undefined {
     if (kinds.length === 1) return kinds[0];
     const trust = b.long ? SAMPLES_TO_TRUST_LONG : SAMPLES_TO_TRUST;
-    if (kinds.some((k) => b.est[k].recent.length < trust)) return undefined;
+    if (contenders(b, kinds).some((k) => b.est[k].recent.length < trust)) return undefined;
     const key = setOf(kinds);
     const now = b.current.get(key);
     if (now === undefined || !kinds.includes(now)) {
@@ -221,7 +241,10 @@ export class SessionChoice {
       return kind;
     };
     // Until all are known, take them in turns, a burst each (the one with fewest runs goes next).
-    if (now === undefined) return burst(kinds.reduce((a, k) => (b.est[k].runs < b.est[a].runs ? k : a)));
+    if (now === undefined) {
+      const c = contenders(b, kinds);
+      return burst(c.reduce((a, k) => (b.est[k].runs < b.est[a].runs ? k : a)));
+    }
     const key = setOf(kinds);
     const since = ((b.sinceRetry.get(key) ?? 0) + 1) % (b.long ? RETRY_OTHER_EVERY_LONG_STEPS : RETRY_OTHER_EVERY_STEPS);
     b.sinceRetry.set(key, since);
