@@ -1,10 +1,8 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { prepareLlama2c } from '../src/inference/convert/convert.js';
 import { findStories260k } from '../src/inference/convert/default-models.js';
-import { writeModelDir } from '../src/inference/convert/model-config.js';
-import { evaluationProbabilities, greedyTokens, largestChange, leadingAgreement } from '../src/inference/convert/variant-quality.js';
+import { evaluationProbabilities, greedyTokens, largestChange, leadingAgreement, writeStoriesVariants } from '../src/inference/convert/variant-quality.js';
 import { Engine } from '../src/inference/runtime/engine.js';
 import { machine } from './lib.js';
 
@@ -18,9 +16,7 @@ async function main() {
   if (!stories) throw new Error('stories260K not found: set SHARED_MODELS_DIR');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'webgpu-parity-'));
   try {
-    const ck = fs.readFileSync(path.join(stories, 'stories260K.bin'));
-    const tok = fs.readFileSync(path.join(stories, 'tok512.bin'));
-    for (const kind of ['chat', 'evaluation'] as const) writeModelDir(path.join(dir, kind), prepareLlama2c(ck, tok, { id: `s/${kind}`, kind, weights: ['f32', 'int8', 'int4'] }));
+    writeStoriesVariants(dir, stories);
     console.log(`machine: ${machine()}`);
     for (const dtype of [undefined, 'int8', 'q4'] as const) {
       const run = async (executionProvider: 'cpu' | 'webgpu') => {

@@ -1,8 +1,23 @@
 // How far a weight variant's answers follow f32's: the measurement behind the
 // quality table of models/README.md (bench/quantization.ts) and its test.
+import fs from 'node:fs';
+import path from 'node:path';
 import { planEvaluation } from '../evaluator/evaluate.js';
 import type { EvaluationRequest } from '../protocol.js';
 import type { Engine } from '../runtime/engine.js';
+import { prepareLlama2c } from './convert.js';
+import { writeModelDir } from './model-config.js';
+
+/**
+ * stories260K (from `storiesDir`) as two folders under `dir`, `chat` and `evaluation` (ids
+ * `s/chat`, `s/evaluation`), each with its f32, int8 and int4 variants: what the variant and
+ * provider comparisons serve.
+ */
+export function writeStoriesVariants(dir: string, storiesDir: string): void {
+  const ck = fs.readFileSync(path.join(storiesDir, 'stories260K.bin'));
+  const tok = fs.readFileSync(path.join(storiesDir, 'tok512.bin'));
+  for (const kind of ['chat', 'evaluation'] as const) writeModelDir(path.join(dir, kind), prepareLlama2c(ck, tok, { id: `s/${kind}`, kind, weights: ['f32', 'int8', 'int4'] }));
+}
 
 /** Greedy tokens compared (the issue's and the peer harness's measure). */
 export const GREEDY_TOKENS_COMPARED = 40;

@@ -334,8 +334,9 @@ export class Scheduler {
         // evaluations) take turns with it. Before, any waiting prompt cut the run to one step and
         // ran alone: at 16 streams most prompts arrived then, one at a time (bench/README.md
         // "Prompts join the decode run").
-        const joining = decoding.length ? prefilling.filter((s) => this.joinable(s)) : [];
-        const others = prefilling.filter((s) => !joining.includes(s));
+        const joining: Seq[] = [];
+        const others: Seq[] = [];
+        for (const s of prefilling) (decoding.length && this.joinable(s) ? joining : others).push(s);
         const decode = decoding.length > 0 && (!others.length || !this.lastWasDecode);
         this.lastWasDecode = decode;
         const budget = decoding.length ? this.opts.prefillTokensPerStepMax : this.opts.prefillTokensPerIdleStepMax;

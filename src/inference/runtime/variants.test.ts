@@ -4,10 +4,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as ort from 'onnxruntime-node';
-import { prepareLlama2c } from '../convert/convert.js';
 import { findStories260k } from '../convert/default-models.js';
-import { writeModelDir } from '../convert/model-config.js';
-import { evaluationProbabilities, greedyTokens, largestChange, leadingAgreement } from '../convert/variant-quality.js';
+import { evaluationProbabilities, greedyTokens, largestChange, leadingAgreement, writeStoriesVariants } from '../convert/variant-quality.js';
 import { loadConfig } from '../../config.js';
 import { Engine, type EngineConfig } from './engine.js';
 import { PREFILL_STEP_TOKENS_MIN } from './session-choice.js';
@@ -33,11 +31,7 @@ describe.skipIf(!stories)('stories260K as f32, int8 and int4 in one folder', () 
   let dir: string;
   beforeAll(() => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-variants-'));
-    const ck = fs.readFileSync(path.join(stories!, 'stories260K.bin'));
-    const tok = fs.readFileSync(path.join(stories!, 'tok512.bin'));
-    for (const kind of ['chat', 'evaluation'] as const) {
-      writeModelDir(path.join(dir, kind), prepareLlama2c(ck, tok, { id: `s/${kind}`, kind, weights: ['f32', 'int8', 'int4'] }));
-    }
+    writeStoriesVariants(dir, stories!);
   });
   afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 

@@ -3,10 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as ort from 'onnxruntime-node';
-import { prepareLlama2c } from '../convert/convert.js';
 import { findStories260k } from '../convert/default-models.js';
-import { writeModelDir } from '../convert/model-config.js';
-import { evaluationProbabilities, greedyTokens, largestChange, leadingAgreement } from '../convert/variant-quality.js';
+import { evaluationProbabilities, greedyTokens, largestChange, leadingAgreement, writeStoriesVariants } from '../convert/variant-quality.js';
 import { Engine } from './engine.js';
 import { PREFILL_STEP_TOKENS_MIN } from './session-choice.js';
 import { registries } from '../../metrics.js';
@@ -39,9 +37,7 @@ describe.skipIf(!stories)('webgpu', () => {
   let missing: string | undefined;
   beforeAll(async () => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-webgpu-'));
-    const ck = fs.readFileSync(path.join(stories!, 'stories260K.bin'));
-    const tok = fs.readFileSync(path.join(stories!, 'tok512.bin'));
-    for (const kind of ['chat', 'evaluation'] as const) writeModelDir(path.join(dir, kind), prepareLlama2c(ck, tok, { id: `s/${kind}`, kind, weights: ['f32', 'int8', 'int4'] }));
+    writeStoriesVariants(dir, stories!);
     missing = await webgpuMissing(path.join(dir, 'chat', 'model.onnx'));
     if (missing) console.warn(`webgpu tests skipped: no WebGPU adapter here (${missing})`);
   });

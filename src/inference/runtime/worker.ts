@@ -186,7 +186,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   w.store = new KvStore(w.arch);
   if (slotCache) {
     if (w.arch.kvType !== 'float32' || w.arch.logitsType !== 'float32') throw new Error('a slot-cache graph keeps a float32 cache and float32 logits');
-    w.slots = new KvSlots({ ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: provider === 'cpu' });
+    w.slots = new KvSlots({ ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: onCpu });
   }
   if (msg.branchModelPath) {
     // The branch graph only makes scoring faster: a model whose branch graph does not load scores without it.
@@ -576,12 +576,20 @@ function logprobsOf(seqs: number[]): Array<TokenLogprob | null> | undefined {
 
 /** A prompt step whose answer goes back as a `step` reply; the generations it starts are returned. */
 async function replyStep(id: number, rows: StepRow[]): Promise<number[]> {
-  const { logits, tokens, logprobs } = await promptStep(rows);
+  const out = await promptStep(rows);
   // The decode run's held tokens first: the main thread reads every message in the worker's order.
   w.tokenPosts?.flush();
-  port.postMessage({ type: 'step', id, logits, tokens, kvBytes: kvBytes(), passes: w.passes, logprobs, rowsInStep: rows.length } satisfies WorkerEvent, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
-  return rows.filter((r) => r.sampler).map((r) => r.seq);
+  postStep(id, out.logits, out.tokens, out.logprobs, rows.length);
+  return startedBy(rows);
 }
+
+/** Posts a prompt step's answer for one request (its rows' logits, tokens and logprobs); `rowsInStep` as protocol.ts says. */
+function postStep(id: number, logits: Float32Array, tokens: Int32Array, logprobs: Array<TokenLogprob | null> | undefined, rowsInStep: number): void {
+  port.postMessage({ type: 'step', id, logits, tokens, kvBytes: kvBytes(), passes: w.passes, logprobs, rowsInStep } satisfies WorkerEvent, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
+}
+
+/** The generations a prompt step starts: its rows that carried a sampler. */
+const startedBy = (rows: StepRow[]): number[] => rows.filter((r) => r.sampler).map((r) => r.seq);
 
 /**
  * Prompts that arrived during a decode run: run here, between two of its
@@ -644,11 +652,8 @@ async function runJoins(): Promise<number[]> {
     let b = 0;
     for (const j of group) {
       const n = j.rows.length;
-      const logits = out.logits.slice(b * V, (b + n) * V);
-      const tokens = out.tokens.slice(b, b + n);
-      const rowsInStep = b === 0 ? rows : 0;
-      port.postMessage({ type: 'step', id: j.id, logits, tokens, kvBytes: kvBytes(), passes: w.passes, logprobs: out.logprobs?.slice(b, b + n), rowsInStep } satisfies WorkerEvent, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
-      started.push(...j.rows.filter((r) => r.sampler).map((r) => r.seq));
+      postStep(j.id, out.logits.slice(b * V, (b + n) * V), out.tokens.slice(b, b + n), out.logprobs?.slice(b, b + n), b === 0 ? rows : 0);
+      started.push(...startedBy(j.rows));
       b += n;
     }
   }
