@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { repoRoot } from '../test/daemon.js';
-import { benchKey, machine, pairSummary, streamPhase } from './lib.js';
+import { benchArgs, benchKey, machine, pairSummary, streamPhase } from './lib.js';
 
 // Two daemon settings against each other on a machine whose speed drifts (this 2-core VM's
 // one-stream rate moved 350-700 tokens/s from one minute to the next): both daemons run at
@@ -12,8 +12,7 @@ import { benchKey, machine, pairSummary, streamPhase } from './lib.js';
 //   [--streams 1] [--rounds 20] [--seconds 2] [--tokens 64] [--ttft first-token]
 // --a / --b: environment of each daemon; --a-root / --b-root: the checkout each runs (built), this one by default.
 
-const args = new Map<string, string>();
-for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
+const args = benchArgs();
 const model = args.get('model') ?? 'cloudgate/stories260k';
 const streams = Number(args.get('streams') ?? 1);
 const rounds = Number(args.get('rounds') ?? 20);

@@ -1,5 +1,5 @@
 import { startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchKey, fmt, machine } from './lib.js';
+import { benchArgs, benchKey, fmt, machine } from './lib.js';
 
 // Evaluation latency: 1, 8 and 64 questions against one state of about 400
 // tokens in one request, and 64 concurrent single-question requests on it.
@@ -7,8 +7,7 @@ import { benchKey, fmt, machine } from './lib.js';
 // Usage: node dist/bench/evaluation.js [--model ID] [--models-dir DIR] [--dtype q4]
 // (--dtype: the weight variant, MODEL_DTYPE, where the model's folder holds it)
 
-const args = new Map<string, string>();
-for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
+const args = benchArgs();
 const model = args.get('model') ?? 'cloudgate/stories260k-eval';
 const REPS = 9;
 

@@ -1,6 +1,6 @@
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchKey, fmt, latencyC1, load, machine, startBare, sweep } from './lib.js';
+import { benchArgs, benchKey, fmt, latencyC1, load, machine, startBare, sweep } from './lib.js';
 
 // Gateway overhead: an authenticated GET through the daemon against a bare
 // uWS server answering the same bytes, in one run on one machine.
@@ -10,8 +10,7 @@ import { benchKey, fmt, latencyC1, load, machine, startBare, sweep } from './lib
 // latencies are taken (gateway and bare server alike share the cores with the
 // model workers): the gateway's added p99 while the engine is busy.
 
-const args = new Map<string, string>();
-for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
+const args = benchArgs();
 const target = args.get('port') ?? 'platform';
 const routePath = args.get('path') ?? (target === 'platform' ? '/api/v1/user/teams' : '/api/v1/models');
 const seconds = Number(args.get('seconds') ?? 5);

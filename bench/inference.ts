@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import ort from 'onnxruntime-node';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchKey, chatStream, fmt, machine } from './lib.js';
+import { benchArgs, benchKey, chatStream, fmt, machine } from './lib.js';
 import { MODEL_DTYPES, modelFileOf, type ModelDtype } from '../src/inference/convert/model-config.js';
 import { extraSessionsFor, pickVariant, threadsFor } from '../src/inference/runtime/engine.js';
 import { SessionChoice, sessionsFor } from '../src/inference/runtime/session-choice.js';
@@ -20,8 +20,7 @@ import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/k
 // as ../shared/peer's llama.cpp harness takes it; the default, first-text, is what a client reading
 // only `content` sees.
 
-const args = new Map<string, string>();
-for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
+const args = benchArgs();
 const model = args.get('model') ?? 'cloudgate/stories260k';
 const maxTokens = Number(args.get('tokens') ?? 64);
 const streams = (args.get('streams') ?? '1,4,16,64').split(',').map(Number);

@@ -216,3 +216,10 @@ export function pairSummary(a: { label: string; phases: Array<{ rate: number; tt
     `median ${fmt(median(ratios), 3)}, geometric mean ${fmt(geo, 3)}, ${b.label} faster in ${ratios.filter((x) => x > 1).length} of ${ratios.length} pairs`,
   ].join('\n');
 }
+
+/** A bench's `--name value` pairs, by name without the dashes. */
+export function benchArgs(argv: string[] = process.argv.slice(2)): Map<string, string> {
+  const args = new Map<string, string>();
+  for (let i = 0; i < argv.length; i += 2) args.set(argv[i]!.replace(/^--/, ''), argv[i + 1]!);
+  return args;
+}

@@ -1,7 +1,7 @@
 import ort from 'onnxruntime-node';
 import { GraphBuilder } from '../src/inference/convert/onnx-graph.js';
 import { linear, type WeightFormat } from '../src/inference/convert/onnx-linear.js';
-import { fmt, machine } from './lib.js';
+import { benchArgs, fmt, machine } from './lib.js';
 
 // One weight matrix of the m25 / m110 shapes as each weight format writes it
 // (onnx-linear.ts), timed alone in onnxruntime on one intra-op thread: picks
@@ -12,8 +12,7 @@ import { fmt, machine } from './lib.js';
 // Usage: node dist/bench/matmul-nbits.js [--k 512] [--n 1376] [--ms 300] [--threads 1] [--rows 1,16,256]
 // (--rows 1,704: an evaluation's 64 questions make a 704-row step on its branch graph)
 
-const args = new Map<string, string>();
-for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
+const args = benchArgs();
 const K = Number(args.get('k') ?? 512);
 const N = Number(args.get('n') ?? 1376);
 const MS = Number(args.get('ms') ?? 300);

@@ -3,7 +3,7 @@ import path from 'node:path';
 import autocannon from 'autocannon';
 import { connect } from '../src/db/index.js';
 import { startDaemon, stopDaemon } from '../test/daemon.js';
-import { fmt, machine } from './lib.js';
+import { benchArgs, fmt, machine } from './lib.js';
 
 // Admin top-ups per second through the daemon (embedded PostgreSQL): on one
 // wallet (every request queues on the same wallet row lock), on many wallets,
@@ -11,8 +11,7 @@ import { fmt, machine } from './lib.js';
 // ledger is checked: one TOPUP row per 2xx answer, every balance = its ledger.
 // Usage: node dist/bench/money.js [--seconds 5] [--wallets 500]
 
-const args = new Map<string, string>();
-for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
+const args = benchArgs();
 const seconds = Number(args.get('seconds') ?? 5);
 const walletCount = Number(args.get('wallets') ?? 500);
 const CONNECTIONS = [1, 4, 16, 64];

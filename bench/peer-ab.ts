@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchKey, machine, pairSummary, streamPhase } from './lib.js';
+import { benchArgs, benchKey, machine, pairSummary, streamPhase } from './lib.js';
 
 // cloudgate against llama.cpp on the same weights, in alternating phases: ../shared/peer's
 // compare.sh runs each engine once, one after the other, and on this VM the machine's speed
@@ -16,8 +16,7 @@ import { benchKey, machine, pairSummary, streamPhase } from './lib.js';
 // Usage: node dist/bench/peer-ab.js --model peer/m25 --models-dir DIR --gguf FILE.gguf [--threads 1] [--streams 1]
 //   [--rounds 8] [--seconds 3] [--ttft first-token] [--kv f16]
 
-const args = new Map<string, string>();
-for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
+const args = benchArgs();
 const gguf = args.get('gguf');
 if (!gguf || !fs.existsSync(gguf)) throw new Error('--gguf: the GGUF of the same checkpoint (compare.sh writes it to $PEER_HOME/compare/<shape>/model[.type].gguf)');
 const model = args.get('model') ?? 'peer/m25';

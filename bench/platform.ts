@@ -2,15 +2,14 @@ import fs from 'node:fs';
 import path from 'node:path';
 import postgres from 'postgres';
 import { startDaemon, stopDaemon } from '../test/daemon.js';
-import { fmt, load, machine, type Load } from './lib.js';
+import { benchArgs, fmt, load, machine, type Load } from './lib.js';
 
 // Platform routes per second with the embedded database: GET /api/v1/pods (a
 // user with a handful of pods) and POST /api/v1/pods (each request reserves
 // capacity, opens a meter and inserts a pod), against the started daemon.
 // Usage: node dist/bench/platform.js [--seconds 5] [--list-pods 10] [--connections 4,8,16,32,64] [--only list|create]
 
-const args = new Map<string, string>();
-for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
+const args = benchArgs();
 const seconds = Number(args.get('seconds') ?? 5);
 const listPods = Number(args.get('list-pods') ?? 10);
 /** Bench inventory: 8-GPU nodes, enough for every create of the run. */

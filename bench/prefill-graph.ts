@@ -4,7 +4,7 @@ import ort from 'onnxruntime-node';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
 import { prefillGraph } from '../src/inference/runtime/prefill-graph.js';
 import { spinningSessionConfig, spinSessionConfig } from '../src/inference/runtime/spin.js';
-import { fmt, machine } from './lib.js';
+import { benchArgs, fmt, machine } from './lib.js';
 
 // The prefill session (runtime/prefill-graph.ts) against the graph as converted: one prompt
 // step of --tokens tokens in --rows rows of a 4-bit chat graph, its MatMulNBits with int8
@@ -12,8 +12,7 @@ import { fmt, machine } from './lib.js';
 // between operators and spinning while a run lasts, timed in turns in one process.
 // Usage: node dist/bench/prefill-graph.js --model DIR/model_q4.onnx [--tokens 32,64,128,512] [--rows 1] [--reps 8]
 
-const args = new Map<string, string>();
-for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
+const args = benchArgs();
 const file = args.get('model');
 if (!file) throw new Error("--model: a 4-bit slot-cache chat graph (a converted chat model folder's model_q4.onnx)");
 const sizes = (args.get('tokens') ?? '32,64,128,512').split(',').map(Number);

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchKey, fmt, machine } from './lib.js';
+import { benchArgs, benchKey, fmt, machine } from './lib.js';
 
 // Time to first token of one long prompt at one stream (issue 14.4): the
 // daemon (the prompt as token ids through /v1/completions, max_tokens 1, so
@@ -14,8 +14,7 @@ import { benchKey, fmt, machine } from './lib.js';
 //   [--a K=V,... --b K=V,... [--skip 10]]: two daemons' settings against each other instead (ab() below)
 //   e.g. after compare.sh m25: --models-dir $PEER_HOME/compare/m25/models --model peer/m25 --gguf $PEER_HOME/compare/m25/model.q4_0.gguf
 
-const args = new Map<string, string>();
-for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
+const args = benchArgs();
 const modelsDir = path.resolve(args.get('models-dir') ?? '');
 const model = args.get('model') ?? '';
 const gguf = args.get('gguf') ?? '';

@@ -2,7 +2,7 @@ import ort from 'onnxruntime-node';
 import os from 'node:os';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
 import { spinningSessionConfig, spinSessionConfig, type ThreadSpin } from '../src/inference/runtime/spin.js';
-import { fmt, machine } from './lib.js';
+import { benchArgs, fmt, machine } from './lib.js';
 
 // Where one thread beats every core (runtime/session-choice.ts): a chat graph's
 // decode step at several batch sizes, and a 20-token prompt, on a session of one
@@ -11,8 +11,7 @@ import { fmt, machine } from './lib.js';
 // size timed in turns on the three in one process.
 // Usage: node dist/bench/step-threads.js --model DIR/model_q4.onnx [--batches 1,2,4,8,16] [--reps 8]
 
-const args = new Map<string, string>();
-for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i]!.replace(/^--/, ''), process.argv[i + 1]!);
+const args = benchArgs();
 const file = args.get('model');
 if (!file) throw new Error('--model: a slot-cache chat graph (a converted chat model folder\'s model*.onnx)');
 const batches = (args.get('batches') ?? '1,2,4,8,16').split(',').map(Number);
