@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { addMember, admin, call, newTeam, newUser } from './helpers.js';
-import { closeDb, fund, get, place, post, uniq, until } from './platform-helpers.js';
+import { closeDb, database, fund, get, place, post, uniq, until } from './platform-helpers.js';
 
 afterAll(closeDb);
 
@@ -27,6 +27,37 @@ describe('admin disks', () => {
     expect(podNow.body.attachedResources.map((a: any) => a.id)).toEqual(['ephemeral']);
     expect((await admin('DELETE', `/api/admin/disks/${d.id}/force`)).status).toBe(409);
     expect((await admin('DELETE', '/api/admin/disks/no-such-disk/force')).status).toBe(404);
+  });
+});
+
+describe('admin disks under a concurrent pod update', () => {
+  // CI once saw this route answer 500: it locked the attachment row, then the
+  // pod, while the reconciler polling that pod locks the pod, then the
+  // attachment, and PostgreSQL broke the deadlock by failing one of them.
+  it('waits for a transaction holding the pod (as the reconciler does) instead of deadlocking with it', async () => {
+    const u = await newUser(['disks:write', 'instances:write']);
+    await fund(u.walletId);
+    const p = await place();
+    const d = (await post(u.key, '/api/v1/disks', { disk: { size: 20, dataCenterId: p.dc }, provider: { type: p.provider } })).body;
+    await until(() => get(u.key, `/api/v1/disks/${d.id}`), (r) => r.body.status === 'ACTIVE');
+    const pod = (await post(u.key, '/api/v1/pods', { ...p.body(), disks: [d.id] })).body;
+    const sql = database();
+    let force: Promise<{ status: number; body: any }> | undefined;
+    await sql.begin(async (tx) => {
+      await tx`UPDATE pods SET updated_at = now() WHERE id = ${pod.id}`;
+      const [{ me }] = await tx<{ me: number }[]>`SELECT pg_backend_pid() AS me`;
+      force = admin('DELETE', `/api/admin/disks/${d.id}/force`);
+      // Go on once the route waits on a lock this transaction holds.
+      const blocked = await until(
+        () => sql<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ${me}::int = ANY(pg_blocking_pids(pid))`,
+        (rows) => rows[0]!.n > 0,
+      );
+      expect(blocked[0]!.n).toBe(1);
+      await tx`UPDATE pod_disks SET status = status WHERE pod_id = ${pod.id} AND disk_id = ${d.id}`;
+    });
+    const r = await force!;
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect((await get(u.key, `/api/v1/disks/${d.id}`)).body).toMatchObject({ status: 'TERMINATED', pods: [] });
   });
 });
 

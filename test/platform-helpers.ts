@@ -17,8 +17,8 @@ export function connectTo(dataDir: string): postgres.Sql {
 }
 
 let db: postgres.Sql | undefined;
-/** The shared daemon's database, for funding wallets. */
-function database(): postgres.Sql {
+/** The shared daemon's database, for funding wallets and holding row locks. */
+export function database(): postgres.Sql {
   return (db ??= connectTo(daemon().dataDir));
 }
 

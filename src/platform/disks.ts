@@ -200,6 +200,11 @@ export async function forceTerminateDisk(sql: Sql, providers: Providers, id: str
     if (!row) throw notFound('disk', id);
     if (row.status === 'TERMINATED') throw conflict(`disk ${id} is already TERMINATED`, 'status');
     const now = new Date();
+    // Pods before their attachment rows, in id order: the order the reconciler
+    // and pod deletion take, so this cannot deadlock with a pod being polled.
+    // Holding the disk row keeps new attachments out meanwhile.
+    await tx`
+      SELECT p.id FROM pods p WHERE p.id IN (SELECT pod_id FROM pod_disks WHERE disk_id = ${id}) ORDER BY p.id FOR UPDATE OF p`;
     const held = await tx<{ pod_id: string }[]>`
       UPDATE pod_disks SET detached_at = ${now} WHERE disk_id = ${id} AND (detached_at IS NULL OR detached_at > ${now}) RETURNING pod_id`;
     await terminate(tx, row, now);
