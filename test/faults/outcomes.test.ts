@@ -7,9 +7,12 @@ import { fundedKey, startDaemon, stopDaemon, type Started } from '../daemon.js';
 // (A crashed model worker: src/inference/runtime/restart.test.ts.)
 
 const CHAT = 'cloudgate/random-llama-chat';
-// 480 tokens take ~230 ms alone here; 24 streams of them take seconds: past both deadlines below.
+// 480 tokens take ~110 ms alone on a Zen 4 core, near the 100 ms request deadline below, so
+// the non-streamed check sends CONCURRENT of them (~4x that together). 24 streams of them took
+// 0.8 s, under the 1 s stream deadline, once prompts joined running batches; 64 all run past it.
 const LONG = { model: CHAT, messages: [{ role: 'user', content: 'tell me a long story' }], max_tokens: 480, temperature: 0, logit_bias: { '2': -100 } };
-const STREAMS = 24;
+const CONCURRENT = 16;
+const STREAMS = 64;
 
 let d: Started;
 let key: string;
@@ -33,9 +36,11 @@ const frames = (text: string): unknown[] =>
 
 describe('failures told as failures', () => {
   it('gives a non-streamed completion the request deadline (504 timeout), a stream its own', async () => {
-    const r = await chat(LONG);
-    expect(r.status).toBe(504);
-    expect(((await r.json()) as { error: { type: string } }).error.type).toBe('timeout_error');
+    const answers = await Promise.all(Array.from({ length: CONCURRENT }, () => chat(LONG)));
+    for (const r of answers) {
+      expect(r.status).toBe(504);
+      expect(((await r.json()) as { error: { type: string } }).error.type).toBe('timeout_error');
+    }
     const s = await chat({ ...LONG, stream: true, max_tokens: 40 });
     expect(s.status).toBe(200);
     expect(frames(await s.text()).at(-1)).toBe('[DONE]');
@@ -43,6 +48,7 @@ describe('failures told as failures', () => {
 
   it('ends a stream past its deadline with an in-band timeout error, not [DONE] and not silence', async () => {
     const texts = await Promise.all(Array.from({ length: STREAMS }, async () => (await chat({ ...LONG, stream: true })).text()));
+
     const ends = texts.map((t) => frames(t).at(-1) as { error?: { type: string; code: string } } | string);
     const cut = ends.filter((e) => typeof e === 'object' && e.error);
     expect(cut.length).toBeGreaterThan(0);
