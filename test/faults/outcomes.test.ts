@@ -48,7 +48,6 @@ describe('failures told as failures', () => {
 
   it('ends a stream past its deadline with an in-band timeout error, not [DONE] and not silence', async () => {
     const texts = await Promise.all(Array.from({ length: STREAMS }, async () => (await chat({ ...LONG, stream: true })).text()));
-
     const ends = texts.map((t) => frames(t).at(-1) as { error?: { type: string; code: string } } | string);
     const cut = ends.filter((e) => typeof e === 'object' && e.error);
     expect(cut.length).toBeGreaterThan(0);
