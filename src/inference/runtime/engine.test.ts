@@ -99,9 +99,11 @@ describe('engine', () => {
     await Promise.all(long);
     for (let k = 0; k < 6; k++) expect(joined[k]!.ids, `prompt ${8 + k}`).toEqual(refs[k]);
     const after = await prefill();
-    // Every row counted once; one step each for the 6 joins would make at least 7 steps with the long prompts'.
+    // Every row counted once. The 6 arrive in one turn: one message, one step (however the
+    // threads interleave; posted one by one, CI's loaded cores once gave each its own step),
+    // and one for the long prompts, or one for all 8 if none had started.
     expect(after.rows - before.rows).toBe(8);
-    expect(after.steps - before.steps).toBeLessThanOrEqual(5);
+    expect(after.steps - before.steps).toBeLessThanOrEqual(2);
   }, 60_000);
 
   it('frees the slot of a generation cancelled while it joins a running decode, and the others go on unchanged', async () => {

@@ -56,6 +56,8 @@ export class Scheduler {
   private replan: (() => void) | undefined;
   /** While a decode run is in flight: sends an arriving prompt to join it; false when it cannot. */
   private joinRun: ((seq: Seq) => boolean) | undefined;
+  /** Joins made in this turn of the event loop, not yet sent (sendJoins). */
+  private readonly joinsToSend: Seq[] = [];
   private readonly vocab: number;
   private readonly completions = new CompletionRate();
 
@@ -161,33 +163,48 @@ export class Scheduler {
     } else if (!this.active.has(seq)) return false;
     seq.joining = true;
     onJoin(seq);
-    const n = seq.pending.length;
-    this.runner
-      .join([{ seq: seq.id, tokens: seq.pending.slice(), sampler: this.samplerFor(seq, n) }])
-      .then(({ tokens, logprobs, rowsInStep }) => {
-        // Joins that arrived together share a step (worker.ts runJoins): counted once, with all its rows.
-        if (rowsInStep) M.batchSize.observe({ model: this.modelId, phase: 'prefill' }, rowsInStep);
-        seq.joining = false;
-        seq.pending.splice(0, n);
-        if (!seq.cancelled) {
-          M.promptTokens.inc({ model: this.modelId }, n);
-          this.accept(seq, tokens[0]!, logprobs?.[0]);
-        }
-        if (!this.running) this.kick();
-      })
-      .catch((e) => {
-        seq.joining = false;
-        this.fail(seq, e);
-        if (!this.running) this.kick();
-      });
+    if (this.joinsToSend.push(seq) === 1) queueMicrotask(() => this.sendJoins());
     return true;
   }
 
   /**
-   * Admits a generation now (so a full queue is a 429 before any response
-   * starts) and returns its event stream. The sequence is cancelled when the
-   * stream is closed early, even before its first read, or the signal aborts.
+   * Sends the joins made in this turn of the event loop as one message. The worker runs a
+   * message's rows in one step: prompts that arrive together share it however the two threads
+   * interleave (posted one by one, a step of a small model could start between two posts), and
+   * one post costs what one does (~36 us) instead of one each.
    */
+  private sendJoins(): void {
+    const seqs = this.joinsToSend.splice(0).filter((s) => {
+      if (!s.cancelled) return true;
+      s.joining = false; // cancelled in the same turn: never sent, reaped as any other
+      return false;
+    });
+    if (!seqs.length) return;
+    const counts = seqs.map((s) => s.pending.length);
+    this.runner
+      .join(seqs.map((s, b) => ({ seq: s.id, tokens: s.pending.slice(), sampler: this.samplerFor(s, counts[b]!) })))
+      .then(({ tokens, logprobs, rowsInStep }) => {
+        // Joins that arrived together share a step (worker.ts runJoins): counted once, with all its rows.
+        if (rowsInStep) M.batchSize.observe({ model: this.modelId, phase: 'prefill' }, rowsInStep);
+        seqs.forEach((seq, b) => {
+          seq.joining = false;
+          seq.pending.splice(0, counts[b]);
+          if (!seq.cancelled) {
+            M.promptTokens.inc({ model: this.modelId }, counts[b]!);
+            this.accept(seq, tokens[b]!, logprobs?.[b]);
+          }
+        });
+        if (!this.running) this.kick();
+      })
+      .catch((e) => {
+        for (const seq of seqs) {
+          seq.joining = false;
+          this.fail(seq, e);
+        }
+        if (!this.running) this.kick();
+      });
+  }
+
   generate(req: GenerateRequest): AsyncGenerator<GenerateEvent> {
     // The serving layer refuses these with the request's own field names (serving-checks.ts); here they are broken invariants.
     if (req.promptTokens.length === 0) throw new Error('generate: the prompt has no tokens');
