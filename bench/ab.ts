@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { repoRoot } from '../test/daemon.js';
-import { benchArgs, benchKey, machine, pairSummary, streamPhase } from './lib.js';
+import { benchArgs, benchKey, envOf, machine, pairSummary, streamPhase } from './lib.js';
 
 // Two daemon settings against each other on a machine whose speed drifts (this 2-core VM's
 // one-stream rate moved 350-700 tokens/s from one minute to the next): both daemons run at
@@ -20,16 +20,6 @@ const seconds = Number(args.get('seconds') ?? 2);
 /** Streaming on a daemon before its phase is timed: its threads wake and its caches fill. */
 const WARM_SECONDS = 0.3;
 const opts = { model, maxTokens: Number(args.get('tokens') ?? 64), firstToken: args.get('ttft') === 'first-token' };
-
-function envOf(spec: string | undefined): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const kv of (spec ?? '').split(',').filter(Boolean)) {
-    const at = kv.indexOf('=');
-    if (at <= 0) throw new Error(`--a / --b: KEY=VALUE pairs separated by commas, got '${kv}'`);
-    env[kv.slice(0, at)] = kv.slice(at + 1);
-  }
-  return env;
-}
 
 type Daemons = typeof import('../test/daemon.js');
 

@@ -1,15 +1,25 @@
-import { startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchArgs, benchKey, fmt, machine } from './lib.js';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { repoRoot, type Started } from '../test/daemon.js';
+import { benchArgs, benchKey, envOf, fmt, machine, median } from './lib.js';
 
 // Evaluation latency: 1, 8 and 64 questions against one state of about 400
 // tokens in one request, and 64 concurrent single-question requests on it.
 // usage.inputTokens shows the state is processed once per request.
 // Usage: node dist/bench/evaluation.js [--model ID] [--models-dir DIR] [--dtype q4]
 // (--dtype: the weight variant, MODEL_DTYPE, where the model's folder holds it)
+// With --b K=V[,K=V] (and --a likewise): two daemons up at once, each request sent to both in
+// turn, the order alternating, so each pair shares the machine's minute (this VM's speed moves
+// 20 % between runs); prints each size's B / A ratio per pair (e.g. --a MODEL_DTYPE=fp32 --b
+// MODEL_DTYPE=q4: is every request faster on 4-bit weights); --a-root / --b-root DIR: the
+// checkout (built) a side runs, this one by default.
 
 const args = benchArgs();
 const model = args.get('model') ?? 'cloudgate/stories260k-eval';
-const REPS = 9;
+const REPS = Number(args.get('reps') ?? 9);
+const SIZES = [1, 8, 64];
+/** 64 concurrent single-question requests this many times a side (after two warm-up bursts). */
+const BURSTS = Number(args.get('bursts') ?? 1);
 
 const STATE =
   'Lily was a little girl who loved to play in the park. One day she saw a big red ball under a tree. She ran to the ball and kicked it high into the sky. ' +
@@ -22,47 +32,97 @@ const questions = (n: number) =>
   Object.fromEntries(
     Array.from({ length: n }, (_, i) => [`q${i}`, { type: 'boolean', instructions: `Is ${SUBJECTS[i % 8]} ${TRAITS[Math.floor(i / 8) % 8]}?` }]),
   );
+const state = STATE.repeat(2);
 
-async function main() {
+interface Side {
+  label: string;
+  d: Started;
+  key: string;
+  stop: () => Promise<unknown>;
+}
+
+async function start(side: 'a' | 'b', label: string): Promise<Side> {
   const env: Record<string, string> = {};
   if (args.get('models-dir')) env.MODELS_DIR = args.get('models-dir')!;
   if (args.get('dtype')) env.MODEL_DTYPE = args.get('dtype')!;
-  const d = await startDaemon(env);
-  try {
-    const key = await benchKey(d, ['inference:use'], 1_000_000_000);
-    const ask = async (state: string, n: number) => {
-      const t0 = performance.now();
-      const r = await fetch(`${d.inferenceUrl}/api/v1/evaluations`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ model, state, questions: questions(n) }),
-      });
-      const body = (await r.json()) as any;
-      if (r.status !== 200) throw new Error(`${r.status} ${JSON.stringify(body)}`);
-      return { ms: performance.now() - t0, inputTokens: body.usage.inputTokens as number };
-    };
-    const state = STATE.repeat(2);
-    await ask(state, 4); // warm-up
-    console.log(`machine: ${machine()}\nmodel: ${model}${args.get('dtype') ? ` (MODEL_DTYPE ${args.get('dtype')})` : ''}`);
-    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-    const results: Record<number, number> = {};
-    for (const n of [1, 8, 64]) {
-      const runs = [];
-      for (let r = 0; r < REPS; r++) runs.push(await ask(state, n));
-      results[n] = median(runs.map((x) => x.ms));
-      console.log(`${String(n).padStart(2)} question(s) in one request: median ${fmt(results[n]!, 1)} ms; usage.inputTokens ${runs[0]!.inputTokens}`);
+  const root = path.resolve(args.get(`${side}-root`) ?? repoRoot);
+  const lib: typeof import('../test/daemon.js') = await import(pathToFileURL(path.join(root, 'dist/test/daemon.js')).href);
+  const d = await lib.startDaemon({ ...env, ...envOf(args.get(side)) });
+  return { label: `${label}${args.has(`${side}-root`) ? ` @ ${root}` : ''}`, d, key: await benchKey(d, ['inference:use'], 1_000_000_000), stop: () => lib.stopDaemon(d) };
+}
+
+async function ask(s: Side, n: number): Promise<{ ms: number; inputTokens: number }> {
+  const t0 = performance.now();
+  const r = await fetch(`${s.d.inferenceUrl}/api/v1/evaluations`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${s.key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model, state, questions: questions(n) }),
+  });
+  const body = (await r.json()) as any;
+  if (r.status !== 200) throw new Error(`${r.status} ${JSON.stringify(body)}`);
+  return { ms: performance.now() - t0, inputTokens: body.usage.inputTokens as number };
+}
+
+async function burst(s: Side): Promise<{ ms: number; inputTokens: number }> {
+  const t0 = performance.now();
+  const conc = await Promise.all(Array.from({ length: 64 }, () => ask(s, 1)));
+  return { ms: performance.now() - t0, inputTokens: conc[0]!.inputTokens };
+}
+
+async function warm(s: Side): Promise<void> {
+  await ask(s, 4);
+  // The first bursts of this size grow onnxruntime's memory arena (three times slower, about
+  // 7.5 s, on one machine); two rounds of warm-up measure the steady state.
+  for (let w = 0; w < 2; w++) await burst(s);
+}
+
+/** Each size's requests (and the bursts), sides in turns, the order alternating by round. */
+async function measure(sides: Side[]) {
+  const ms = sides.map(() => Object.fromEntries([...SIZES, 0].map((n) => [n, [] as number[]])) as Record<number, number[]>);
+  const tokens: Record<number, number> = {};
+  for (let r = 0; r < REPS; r++) {
+    const order = r % 2 ? [...sides.keys()].reverse() : [...sides.keys()];
+    for (const n of SIZES) {
+      for (const i of order) {
+        const x = await ask(sides[i]!, n);
+        ms[i]![n]!.push(x.ms);
+        tokens[n] = x.inputTokens;
+      }
     }
-    // The first bursts of this size grow onnxruntime's memory arena (three times slower, about
-    // 7.5 s, on this machine); two rounds of warm-up measure the steady state.
-    for (let w = 0; w < 2; w++) await Promise.all(Array.from({ length: 64 }, () => ask(state, 1)));
-    const t0 = performance.now();
-    const conc = await Promise.all(Array.from({ length: 64 }, () => ask(state, 1)));
-    const wall = performance.now() - t0;
-    const tokens1 = conc[0]!.inputTokens;
-    console.log(`64 concurrent single-question requests: wall ${fmt(wall, 1)} ms, each usage.inputTokens ${tokens1} (64 x ${tokens1} = ${64 * tokens1} tokens in all)`);
-    console.log(`ratio 64 questions / 1 question: ${fmt(results[64]! / results[1]!, 2)}x (target <= 3x)`);
+  }
+  for (let r = 0; r < BURSTS; r++) {
+    for (const i of r % 2 ? [...sides.keys()].reverse() : [...sides.keys()]) {
+      const x = await burst(sides[i]!);
+      ms[i]![0]!.push(x.ms);
+      tokens[0] = x.inputTokens;
+    }
+  }
+  return { ms, tokens };
+}
+
+async function main() {
+  const two = args.has('b') || args.has('b-root');
+  const sides = [await start('a', two ? `A (${args.get('a') ?? 'defaults'})` : 'cloudgate')];
+  try {
+    if (two) sides.push(await start('b', `B (${args.get('b') ?? 'defaults'})`));
+    for (const s of sides) await warm(s);
+    console.log(`machine: ${machine()}\nmodel: ${model}${args.get('dtype') ? ` (MODEL_DTYPE ${args.get('dtype')})` : ''}; medians of ${REPS} requests${two ? ', A and B in turns' : ''}`);
+    const { ms, tokens } = await measure(sides);
+    for (const [i, s] of sides.entries()) {
+      if (two) console.log(s.label);
+      for (const n of SIZES) console.log(`${String(n).padStart(2)} question(s) in one request: median ${fmt(median(ms[i]![n]!), 1)} ms; usage.inputTokens ${tokens[n]}`);
+      console.log(`64 concurrent single-question requests: wall ${ms[i]![0]!.map((x) => fmt(x, 1)).join(' / ')} ms, each usage.inputTokens ${tokens[0]} (64 x ${tokens[0]} = ${64 * tokens[0]!} tokens in all)`);
+      console.log(`ratio 64 questions / 1 question: ${fmt(median(ms[i]![64]!) / median(ms[i]![1]!), 2)}x (target <= 3x)`);
+    }
+    if (two) {
+      for (const n of [...SIZES, 0]) {
+        const ratios = ms[1]![n]!.map((b, k) => b / ms[0]![n]![k]!);
+        const what = n ? `${n} question(s)` : '64 concurrent requests';
+        console.log(`B / A, ${what}: median ${fmt(median(ratios), 3)}, B faster in ${ratios.filter((x) => x < 1).length} of ${ratios.length} pairs`);
+      }
+    }
   } finally {
-    await stopDaemon(d);
+    for (const s of sides) await s.stop();
   }
 }
 

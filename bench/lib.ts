@@ -217,6 +217,17 @@ export function pairSummary(a: { label: string; phases: Array<{ rate: number; tt
   ].join('\n');
 }
 
+/** The environment a `--a` / `--b` flag gives a daemon: KEY=VALUE pairs separated by commas. */
+export function envOf(spec: string | undefined): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const kv of (spec ?? '').split(',').filter(Boolean)) {
+    const at = kv.indexOf('=');
+    if (at <= 0) throw new Error(`--a / --b: KEY=VALUE pairs separated by commas, got '${kv}'`);
+    env[kv.slice(0, at)] = kv.slice(at + 1);
+  }
+  return env;
+}
+
 /** A bench's `--name value` pairs, by name without the dashes. */
 export function benchArgs(argv: string[] = process.argv.slice(2)): Map<string, string> {
   const args = new Map<string, string>();

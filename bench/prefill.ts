@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchArgs, benchKey, fmt, machine } from './lib.js';
+import { benchArgs, benchKey, envOf, fmt, machine } from './lib.js';
 
 // Time to first token of one long prompt at one stream (issue 14.4): the
 // daemon (the prompt as token ids through /v1/completions, max_tokens 1, so
@@ -61,9 +61,6 @@ async function cloudgate(ps: number[][]): Promise<number[]> {
     await d.stop();
   }
 }
-
-const envOf = (list: string | undefined): Record<string, string> =>
-  Object.fromEntries((list ?? '').split(',').filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
 
 /**
  * --a K=V[,K=V] --b K=V[,K=V]: two daemons up at once, each prompt sent to both in turn (the

@@ -117,13 +117,12 @@ const envSchema = z.object({
   // bench/README.md "Spinning for a few streams").
   ORT_SPINNING_SESSION: bool.default(true),
   // A model of 4-bit weights (q4, q4f16) of at most 256 MiB also loads its graph with the 4-bit
-  // products multiplying in float32 (MatMulNBits accuracy_level 0) where the others quantize the
-  // activations to int8, and a step of more than 32 tokens runs there when that has been faster
-  // for its size: a 512-token prompt of m25 int4 took 203 ms with it against 228 without on an
-  // Intel AVX-512 VNNI machine; on the AMD machine of the first int4 figures the int8 products
-  // were twice as fast at 256 rows, and there the choice keeps to them. The cost is another copy
-  // of the weights and the long steps' buffers (runtime/prefill-graph.ts, docs/faults.md
-  // "Memory", bench/README.md "Long steps in float32").
+  // products widened to 8 bits (the same values; onnxruntime's 8-bit kernel is the faster one at
+  // hundreds of rows), and a step of more than 32 tokens runs there when that has been faster for
+  // its size: one m25 matrix at 380 rows took 1,111 us at 8 bits against 1,913 at 4 on a Zen 5
+  // machine; q4 evaluations of m25 became 2-8 % faster, and faster than fp32 in every request.
+  // The cost is a copy of the weights at twice their bytes and the long steps' buffers
+  // (runtime/prefill-graph.ts, docs/faults.md "Memory", bench/README.md "Long steps in 8 bits").
   ORT_PREFILL_SESSION: bool.default(true),
   // A decode run's tokens are posted to the HTTP thread at most this often when its steps are
   // faster (a few steps a post; a sequence's first tokens and its end go at once): each post

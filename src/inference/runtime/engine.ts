@@ -41,7 +41,7 @@ export interface EngineConfig {
   narrowSession?: boolean;
   /** ORT_SPINNING_SESSION: such a model also loads a session whose threads spin while a step runs, for steps while few sequences run (extraSessionsFor). */
   spinningSession?: boolean;
-  /** ORT_PREFILL_SESSION: a model of 4-bit weights also loads its graph with those products in float32, for long steps (extraSessionsFor). */
+  /** ORT_PREFILL_SESSION: a model of 4-bit weights also loads its graph with those products widened to 8 bits, for long steps (extraSessionsFor). */
   prefillSession?: boolean;
   /** TOKENS_POST_INTERVAL_MS: how long a decode run's fast steps are held before their tokens are posted (token-posts.ts). */
   tokensPostIntervalMs?: number;
@@ -85,8 +85,8 @@ export function threadsFor(modelFile: string): number {
  * The sessions a CPU model on `threads` intra-op threads loads beside its every-core one, as
  * ORT_NARROW_SESSION, ORT_SPINNING_SESSION and ORT_PREFILL_SESSION allow: a one-thread session,
  * one whose threads spin while a step runs (which only differs from the every-core one when that
- * one's sleep), and, for a variant of 4-bit weights (`dtype`), its graph with those products in
- * float32 for long steps, on any number of threads (the worker leaves it out where the graph has
+ * one's sleep), and, for a variant of 4-bit weights (`dtype`), its graph with those products
+ * widened to 8 bits for long steps, on any number of threads (the worker leaves it out where the graph has
  * no such products).
  */
 export function extraSessionsFor(modelFile: string, threads: number, dtype: ModelDtype, allow: { narrow: boolean; spinning: boolean; prefill: boolean; spin: ThreadSpin }): LoadedSessions {

@@ -23,7 +23,7 @@ export interface InitMsg {
   narrowSession: boolean;
   /** Also load a session on every core whose threads spin while a run lasts; steps while few sequences run may go there (session-choice.ts). */
   spinningSession: boolean;
-  /** Also load the graph with its 4-bit products in float32 (prefill-graph.ts), where it has any; long steps may go there (session-choice.ts). */
+  /** Also load the graph with its 4-bit products widened to 8 bits (prefill-graph.ts), where it has any; long steps may go there (session-choice.ts). */
   prefillSession: boolean;
   /** Niceness of the worker and its ONNX threads (Linux; 0 leaves them at the process's). */
   nice: number;
@@ -39,7 +39,7 @@ export interface InitMsg {
   tokenTexts?: Array<string | null>;
 }
 
-/** Forward passes the worker has run since it started, by session: every core sleeping (wide), one thread (narrow), every core spinning (spinning), 4-bit products in float32 (prefill). */
+/** Forward passes the worker has run since it started, by session: every core sleeping (wide), one thread (narrow), every core spinning (spinning), 4-bit products widened to 8 bits (prefill). */
 export type ModelPasses = Record<SessionKind, number>;
 export const noPasses = (): ModelPasses => ({ wide: 0, narrow: 0, spinning: 0, prefill: 0 });
 

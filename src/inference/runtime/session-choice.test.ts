@@ -82,8 +82,8 @@ describe('SessionChoice', () => {
     expect(pair.narrow).toBeGreaterThan(95);
   });
 
-  it('runs long steps on the prefill session where its float32 products are faster, and not where they are slower', () => {
-    // m25 int4, a 512-token prompt: float32 products faster on an Intel machine; on the AMD one of the first int4 figures the int8 ones were twice as fast.
+  it('runs long steps on the prefill session where it is faster, and not where it is slower', () => {
+    // m25 int4, a 512-token prompt, as measured when the prefill session multiplied in float32: faster on an Intel machine, twice as slow on an AMD one.
     const LONG: SessionKind[] = ['wide', 'spinning', 'prefill'];
     const intel = new SessionChoice();
     const ran = drive(intel, 512, 300, (k) => ({ narrow: 0, wide: 267, spinning: 262, prefill: 212 })[k], LONG);

@@ -6,8 +6,8 @@
 // thread, 2.03 ms on two sleeping, one Zen 5 machine), and spinning threads avoid the
 // wake-ups (1.06 ms on two spinning against 1.42 on one, a Zen 4 machine) but hold every
 // core while the step runs, so the HTTP thread waits for one. A model of 4-bit weights may
-// also have a session for long steps ("prefill", prefill-graph.ts: its products multiply in
-// float32 where the others quantize the activations to int8). Where the crossings lie
+// also have a session for long steps ("prefill", prefill-graph.ts: the same weights held in 8
+// bits, whose kernel is the faster one at hundreds of rows). Where the crossings lie
 // depends on the model and the machine, so they are measured as the steps run.
 
 export type SessionKind = 'narrow' | 'wide' | 'spinning' | 'prefill';
@@ -29,11 +29,11 @@ export const NARROW_STEP_TOKENS_MAX = 32;
  */
 export const SPINNING_SEQUENCES_MAX = 4;
 /**
- * Steps of fewer tokens than this never run on the prefill session: its float32 products gain
- * only once there are rows enough to reuse each dequantized weight (one m25 int4 matrix on two
- * threads, int8 products against float32: 194 against 281 us at 16 rows, even at 32, 690
- * against 560 at 64; bench/README.md "Long steps in float32"), and a decode step measured
- * there would cost its slower runs for nothing.
+ * Steps of fewer tokens than this never run on the prefill session: its 8-bit products gain
+ * only at hundreds of rows (one m25 matrix on two threads, Zen 5: 11.2 us at 4 bits and 11.5 at 8
+ * for one row, 110.6 and 98.9 for 32, 1,913 and 1,111 for 380; bench/README.md "Long steps in 8
+ * bits"), its weights are twice the bytes, and a decode step measured there would cost its
+ * slower runs for nothing.
  */
 export const PREFILL_STEP_TOKENS_MIN = NARROW_STEP_TOKENS_MAX + 1;
 /** Counted runs per session and size before the fastest one is trusted. */

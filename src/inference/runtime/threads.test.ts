@@ -50,7 +50,7 @@ describe('extraSessionsFor', () => {
       size(file, 18 * 2 ** 20);
       expect(extraSessionsFor(file, 2, 'q4', allow)).toEqual({ narrow: true, spinning: true, prefill: true });
       expect(extraSessionsFor(file, 1, 'q4f16', allow)).toEqual({ narrow: false, spinning: false, prefill: true });
-      expect(extraSessionsFor(file, 1, 'int8', allow).prefill).toBe(false); // its float32 products were slower at every size
+      expect(extraSessionsFor(file, 1, 'int8', allow).prefill).toBe(false); // no 4-bit products to widen
       expect(extraSessionsFor(file, 1, 'q4', { ...allow, prefill: false }).prefill).toBe(false);
       size(`${file}.data`, 300 * 2 ** 20);
       expect(extraSessionsFor(file, 2, 'q4', allow).prefill).toBe(false);

@@ -76,20 +76,20 @@ describe.skipIf(!stories)('stories260K as f32, int8 and int4 in one folder', () 
     expect(largestChange(int4.probs, f32.probs)).toBeGreaterThan(0);
   }, 60_000);
 
-  it('q4 loads a prefill session (4-bit products in float32): long prompts are measured on it, and answer as the int8 products do, within their rounding', async () => {
+  it('q4 loads a prefill session (its 4-bit products widened to 8 bits): long prompts are measured on it, and answer as the 4-bit products do, within their rounding', async () => {
     const passes = async (threads: string) =>
       (await registries.inference.getSingleMetric('cloudgate_engine_forward_passes_total')!.get()).values.filter((v) => v.labels.model_name === 's/chat' && v.labels.threads === threads).reduce((n, v) => n + v.value, 0);
     const firstToken = async (e: Engine, text: string) => {
       const promptTokens = await e.encodeText('s/chat', text, true);
       expect(promptTokens.length).toBeGreaterThanOrEqual(PREFILL_STEP_TOKENS_MIN); // a step the prefill session is offered
-      for await (const ev of e.generate('s/chat', { promptTokens, maxTokens: 1, temperature: 0, topP: 1, stop: [], topLogprobs: 1 })) {
-        if (ev.type === 'delta') return { id: ev.tokenIds[0]!, logprob: ev.logprobs![0]!.logprob };
+      for await (const ev of e.generate('s/chat', { promptTokens, maxTokens: 1, temperature: 0, topP: 1, stop: [], topLogprobs: 2 })) {
+        if (ev.type === 'delta') return { id: ev.tokenIds[0]!, logprob: ev.logprobs![0]!.logprob, top: ev.logprobs![0]!.top };
       }
       throw new Error('no token');
     };
     const texts = Array.from({ length: 12 }, (_, i) => `Once upon a time there was a little ${['dog', 'cat', 'girl'][i % 3]} who liked to play in the park with ${i} friends every day, and then they all went home to sleep.`);
     const before = await passes('all_prefill');
-    const int8Products = await withEngine({ ...base, modelsDir: dir, dtype: 'q4', prefillSession: false }, async (e) => {
+    const converted = await withEngine({ ...base, modelsDir: dir, dtype: 'q4', prefillSession: false }, async (e) => {
       const out = [];
       for (const t of texts) out.push(await firstToken(e, t));
       return out;
@@ -102,19 +102,22 @@ describe.skipIf(!stories)('stories260K as f32, int8 and int4 in one folder', () 
     });
     // 12 prompts of one size: measured in bursts of 3 on each session, so at least 3 ran on the prefill session
     expect((await passes('all_prefill')) - before).toBeGreaterThanOrEqual(3);
-    // The runs on the prefill session differ by the activations' rounding (measured: up to 0.055 nats on stories260K), the others not at all.
-    const diffs = chosen.map((c, i) => Math.abs(c.logprob - int8Products[i]!.logprob));
+    // The runs on the prefill session differ by the order of the sums (measured: up to 0.04 nats
+    // on stories260K), the others not at all; a token may change only where the two led by less.
+    const lp = (c: (typeof chosen)[number], id: number) => c.top.find(([t]) => t === id)?.[1] ?? -Infinity;
+    const diffs = chosen.map((c, i) => Math.abs(lp(c, c.id) - lp(converted[i]!, c.id)));
     expect(diffs.filter((d) => d > 0).length).toBeGreaterThanOrEqual(3);
     for (let i = 0; i < texts.length; i++) {
-      expect(chosen[i]!.id).toBe(int8Products[i]!.id);
-      expect(diffs[i]).toBeLessThan(0.1);
+      const [c, q] = [chosen[i]!, converted[i]!];
+      expect(diffs[i], `prompt ${i}`).toBeLessThan(0.1);
+      if (c.id !== q.id) expect(q.logprob - lp(q, c.id), `prompt ${i}: a near tie`).toBeLessThan(0.1);
     }
   }, 60_000);
 
-  it('q4 evaluations run their state and their branches on prefill sessions too, with answers within the int8 products\' rounding', async () => {
+  it('q4 evaluations run their state and their branches on prefill sessions too, with answers within the sums\' rounding', async () => {
     const passes = async () =>
       (await registries.inference.getSingleMetric('cloudgate_engine_forward_passes_total')!.get()).values.filter((v) => v.labels.model_name === 's/evaluation' && v.labels.threads === 'all_prefill').reduce((n, v) => n + v.value, 0);
-    const int8Products = await withEngine({ ...base, modelsDir: dir, dtype: 'q4', prefillSession: false }, (e) => evaluationProbabilities(e, 's/evaluation'));
+    const converted = await withEngine({ ...base, modelsDir: dir, dtype: 'q4', prefillSession: false }, (e) => evaluationProbabilities(e, 's/evaluation'));
     const before = await passes();
     const runs = await withEngine({ ...base, modelsDir: dir, dtype: 'q4' }, async (e) => {
       const out = [];
@@ -123,8 +126,8 @@ describe.skipIf(!stories)('stories260K as f32, int8 and int4 in one folder', () 
     });
     // the state's step and the 64 branches' step are measured in bursts of 3 on each session: both ran on the prefill ones
     expect((await passes()) - before).toBeGreaterThanOrEqual(6);
-    const changes = runs.map((r) => largestChange(r, int8Products));
-    // measured: 0 where both steps ran as converted, up to ~0.015 where one ran in float32
+    const changes = runs.map((r) => largestChange(r, converted));
+    // measured: 0 where both steps ran as converted, 0.011-0.014 where one ran widened (the sums in another order)
     expect(Math.max(...changes)).toBeGreaterThan(0);
     expect(Math.max(...changes)).toBeLessThan(0.05);
   }, 60_000);
