@@ -6,14 +6,20 @@ afterAll(closeDb);
 
 const as = (key: string, method: string, path: string, body?: unknown) => call('platform', method, path, { key, body });
 
+/** A funded user's ACTIVE disk, attached to a pod of theirs. */
+async function attachedDisk() {
+  const u = await newUser(['disks:write', 'instances:write']);
+  await fund(u.walletId);
+  const p = await place();
+  const d = (await post(u.key, '/api/v1/disks', { disk: { size: 20, dataCenterId: p.dc }, provider: { type: p.provider } })).body;
+  await until(() => get(u.key, `/api/v1/disks/${d.id}`), (r) => r.body.status === 'ACTIVE');
+  const pod = (await post(u.key, '/api/v1/pods', { ...p.body(), disks: [d.id] })).body;
+  return { u, d, pod };
+}
+
 describe('admin disks', () => {
   it('force-terminates an orphaned disk (even one still attached), keeps the row, and needs admin:disks', async () => {
-    const u = await newUser(['disks:write', 'instances:write']);
-    await fund(u.walletId);
-    const p = await place();
-    const d = (await post(u.key, '/api/v1/disks', { disk: { size: 20, dataCenterId: p.dc }, provider: { type: p.provider } })).body;
-    await until(() => get(u.key, `/api/v1/disks/${d.id}`), (r) => r.body.status === 'ACTIVE');
-    const pod = (await post(u.key, '/api/v1/pods', { ...p.body(), disks: [d.id] })).body;
+    const { u, d, pod } = await attachedDisk();
     const [disksAdmin, usersAdmin, plain] = await Promise.all([newUser(['admin:disks']), newUser(['admin:users']), newUser(['disks:write'])]);
     expect((await as(usersAdmin.key, 'DELETE', `/api/admin/disks/${d.id}/force`)).status).toBe(403);
     expect((await as(plain.key, 'DELETE', `/api/admin/disks/${d.id}/force`)).status).toBe(403);
@@ -35,12 +41,7 @@ describe('admin disks under a concurrent pod update', () => {
   // pod, while the reconciler polling that pod locks the pod, then the
   // attachment, and PostgreSQL broke the deadlock by failing one of them.
   it('waits for a transaction holding the pod (as the reconciler does) instead of deadlocking with it', async () => {
-    const u = await newUser(['disks:write', 'instances:write']);
-    await fund(u.walletId);
-    const p = await place();
-    const d = (await post(u.key, '/api/v1/disks', { disk: { size: 20, dataCenterId: p.dc }, provider: { type: p.provider } })).body;
-    await until(() => get(u.key, `/api/v1/disks/${d.id}`), (r) => r.body.status === 'ACTIVE');
-    const pod = (await post(u.key, '/api/v1/pods', { ...p.body(), disks: [d.id] })).body;
+    const { u, d, pod } = await attachedDisk();
     const sql = database();
     let force: Promise<{ status: number; body: any }> | undefined;
     await sql.begin(async (tx) => {
