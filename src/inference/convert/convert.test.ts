@@ -422,10 +422,13 @@ describe('seeded random-weight generator (always runs)', () => {
   for (const [heads, kvHeads, rope] of [
     [8, 4, 'folded'],
     [8, 4, 'matmul'],
+    [8, 4, 'kernel'],
     [4, 1, 'folded'],
     [4, 1, 'matmul'],
+    [4, 1, 'kernel'],
     [4, 4, 'folded'],
     [4, 4, 'matmul'],
+    [4, 4, 'kernel'],
   ] as const) {
     it(`ONNX graph matches the reference forward, batch and cache (${heads} heads, ${kvHeads} kv heads, rope ${rope})`, async () => {
       const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: heads, nKvHeads: kvHeads, vocabSize: 64, seqLen: 32, seed: 7, std: 0.3 });

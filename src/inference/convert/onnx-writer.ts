@@ -60,10 +60,15 @@ export interface OnnxWriteOptions {
    *   projection is about twice as wide), best for tiny models;
    * - 'matmul': a [head_size, head_size] signed permutation MatMul at run time
    *   (two more nodes per layer, far fewer FLOPs), best for larger models.
-   * Default 'matmul': measured as fast as 'folded' on stories260K and ~30%
-   * faster per decode step on a 30M model, with no duplicated weights.
+   * - 'kernel' (default): onnxruntime's RotaryEmbedding on the q and k columns
+   *   (a Split and a Concat around it, v untouched): one kernel where 'matmul'
+   *   ran five nodes over all three, broadcast Muls among them. 'matmul' was
+   *   measured as fast as 'folded' on stories260K and ~30% faster per decode
+   *   step on a 30M model; with 'kernel' the kernels of a 64-question branch
+   *   step of m25 fp32 took 156 ms where they took 218 (bench/README.md "RoPE
+   *   by the kernel in the past layouts").
    */
-  rope?: 'folded' | 'matmul';
+  rope?: 'folded' | 'matmul' | 'kernel';
   /**
    * The branch graph of evaluation models: every row continues one shared
    * prefix, fed once as `prefix_key_values.N.key|value` [1, n_kv_heads,
@@ -183,8 +188,12 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
   // ---- weights ----
   gb.init('embed_tokens', [V, D], w.tokenEmbedding);
 
-  // The slot-cache graph rotates with onnxruntime's RotaryEmbedding kernel (one node a layer, see onnx-attention.ts).
-  const ropeMode = slotCache ? 'kernel' : (opts.rope ?? 'matmul');
+  // Every graph rotates with onnxruntime's RotaryEmbedding kernel by default: the slot-cache graph
+  // in its attention block (onnx-attention.ts), the past layouts on the fused projection's q and k
+  // columns. The 'matmul' rotation it replaced there (a Mul of broadcast cos / sin rows, a signed
+  // permutation MatMul, another Mul and an Add, over v's columns too) took ~37 of 218 ms of a
+  // 64-question branch step of m25 fp32 (bench/README.md "RoPE by the kernel in the past layouts").
+  const ropeMode = slotCache ? 'kernel' : (opts.rope ?? 'kernel');
   const halves = ropeMode === 'folded' ? 2 : 1;
   // RoPE tables [maxPos, 2 (cos, sin), slots, 1, hd]; the v slot gets cos = 1, sin = 0
   const { cos, sin } = ropeCosSin(c, maxPos);
@@ -282,7 +291,9 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     return [normed!, sum!];
   };
 
-  const shapeHeads = ropeMode === 'kernel' ? '' : ropeMode === 'folded' ? gb.i64([0, 0, 2, slots, KV, hd]) : gb.i64([0, 0, slots, KV, hd]);
+  const shapeHeads = slotCache ? '' : ropeMode === 'folded' ? gb.i64([0, 0, 2, slots, KV, hd]) : gb.i64([0, 0, slots, KV, hd]);
+  // The kernel's rotation: q and k heads ([B, S, (g + 1) * KV * hd], each head's dims together), v as it is.
+  const qkvSplit = !slotCache && ropeMode === 'kernel' ? gb.i64([(g + 1) * KV * hd, KV * hd]) : '';
   const shapeBSD = gb.i64([0, 0, -1]);
 
   for (let l = 0; l < L; l++) {
@@ -345,6 +356,11 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     const proj = linear(gb, xn, `layers.${l}.attn.qkv.weight`, wqkv, D, W, lin); // [B, S, halves*C]
     // The past layouts rotate q and k here (RoPE as above); the slot-cache graph in its attention block.
     const rotate = (): string => {
+      if (ropeMode === 'kernel') {
+        const [qk, v] = gb.op('Split', [proj, qkvSplit], { axis: -1 }, 2) as [string, string];
+        const qkRotated = gb.msOp1('RotaryEmbedding', [qk, positionIds, 'rope_cos_half', 'rope_sin_half'], { interleaved: 1 });
+        return gb.op1('Reshape', [gb.op1('Concat', [qkRotated, v], { axis: -1 }), shapeHeads]); // [B, S, slots, KV, hd]
+      }
       const projHeads = gb.op1('Reshape', [proj, shapeHeads]); // [B, S, (2,) slots, KV, hd]
       if (ropeMode === 'folded') {
         // [B, S, 2, slots, KV, hd] * [B, S, 2, slots, 1, hd], summed over the (cos, sin) axis
