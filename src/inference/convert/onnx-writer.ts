@@ -21,7 +21,9 @@
 // - RoPE keeps llama2.c's interleaved-pair convention (2i, 2i+1); wq/wk are NOT
 //   permuted to HF's rotate_half order. One MatMul projects q, k and v together
 //   (columns ordered [slot = q heads of the group.., k, v][kv head][dim]), then
-//   out = y*cos + rot(y)*sin with rot(y)[2i] = -y[2i+1], rot(y)[2i+1] = y[2i]
+//   onnxruntime's RotaryEmbedding (interleaved) rotates the q and k columns
+//   ('kernel' mode, the default), or out = y*cos + rot(y)*sin with
+//   rot(y)[2i] = -y[2i+1], rot(y)[2i+1] = y[2i]
 //   ('matmul' mode: rot is a tiny [head, head] signed-permutation MatMul;
 //   'folded' mode: rot(q), rot(k) come from extra weight columns and the sum is
 //   one ReduceSum). cos/sin come from initializer tables gathered once per run by
@@ -414,7 +416,7 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     graphName: 'cloudgate_llama',
     opset: OPSET,
     producer: 'cloudgate-convert',
-    docString: 'llama2.c architecture; RoPE interleaved pairs folded into the fused qkv projection',
+    docString: `llama2.c architecture; RoPE on interleaved pairs (${ropeMode})`,
     metadata: {
       model_type: 'llama',
       num_hidden_layers: String(L),
