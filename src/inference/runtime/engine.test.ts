@@ -86,7 +86,8 @@ describe('engine', () => {
 
   it('runs prompts that join a decode run together in one step where they fit, and each decodes as it would alone', async () => {
     const refs = [];
-    for (let i = 8; i < 14; i++) refs.push((await collect(greedy(prompt(i), 16))).ids);
+    // Prompts 2-7: six of them (21-56 tokens) fit one step's budget of 512.
+    for (let i = 2; i < 8; i++) refs.push((await collect(greedy(prompt(i), 16))).ids);
     // Prompt steps (the scheduler's and the joins'), as cloudgate_engine_batch_size{phase="prefill"} counts them.
     const prefill = async () => {
       const v = (await registries.inference.getSingleMetric('cloudgate_engine_batch_size')!.get()).values.filter((x) => x.labels.model_name === gen() && x.labels.phase === 'prefill');
@@ -95,15 +96,48 @@ describe('engine', () => {
     const before = await prefill();
     const long = [0, 1].map((i) => collect(greedy(prompt(i), 300)));
     await new Promise((r) => setTimeout(r, 20)); // mid-decode: arrivals now join the run
-    const joined = await Promise.all(Array.from({ length: 6 }, (_, k) => collect(greedy(prompt(8 + k), 16))));
+    const joined = await Promise.all(Array.from({ length: 6 }, (_, k) => collect(greedy(prompt(2 + k), 16))));
     await Promise.all(long);
-    for (let k = 0; k < 6; k++) expect(joined[k]!.ids, `prompt ${8 + k}`).toEqual(refs[k]);
+    for (let k = 0; k < 6; k++) expect(joined[k]!.ids, `prompt ${2 + k}`).toEqual(refs[k]);
     const after = await prefill();
     // Every row counted once. The 6 arrive in one turn: one message, one step (however the
     // threads interleave; posted one by one, CI's loaded cores once gave each its own step),
     // and one for the long prompts, or one for all 8 if none had started.
     expect(after.rows - before.rows).toBe(8);
     expect(after.steps - before.steps).toBeLessThanOrEqual(2);
+  }, 60_000);
+
+  it('splits prompts that join together into steps within the prefill budget', async () => {
+    // A budget where two of these prompts (61-87 tokens with stories260K) fit one step and three do not.
+    const lengths = [8, 9, 10, 11, 12, 13].map((i) => prompt(i).length);
+    const budget = 2 * Math.max(...lengths);
+    expect(3 * Math.min(...lengths)).toBeGreaterThan(budget);
+    const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { batchSizeMax: 32, prefillTokensPerStepMax: budget } });
+    try {
+      const model = small.model(REAL) ? REAL : CHAT;
+      const run = (tokens: number[], maxTokens: number) => small.generate(model, { promptTokens: tokens, maxTokens, temperature: 0, topP: 1, stop: [] });
+      const refs = [];
+      for (let i = 8; i < 14; i++) refs.push((await collect(run(prompt(i), 8))).ids);
+      const hist = async () => {
+        const v = (await registries.inference.getSingleMetric('cloudgate_engine_batch_size')!.get()).values.filter((x) => x.labels.model_name === model && x.labels.phase === 'prefill');
+        const at = (name: string, le?: number) => v.find((x) => x.metricName === name && (le === undefined || x.labels.le === le))?.value ?? 0;
+        return { steps: at('cloudgate_engine_batch_size_count'), rows: at('cloudgate_engine_batch_size_sum'), upTo2: at('cloudgate_engine_batch_size_bucket', 2) };
+      };
+      // A decode run in flight before the prompts arrive: each long one has made its first token.
+      const long = [0, 1].map((i) => run(prompt(i), 300));
+      for (const it of long) while ((await it.next()).value?.type !== 'delta');
+      const before = await hist();
+      const joined = await Promise.all(Array.from({ length: 6 }, (_, k) => collect(run(prompt(8 + k), 8))));
+      for (const it of long) await collect(it);
+      for (let k = 0; k < 6; k++) expect(joined[k]!.ids, `prompt ${8 + k}`).toEqual(refs[k]);
+      const after = await hist();
+      expect(after.rows - before.rows).toBe(6);
+      // In one message they would be one step of 6 rows; within the budget, steps of at most 2.
+      expect(after.steps - before.steps).toBeGreaterThanOrEqual(3);
+      expect(after.upTo2 - before.upTo2).toBe(after.steps - before.steps);
+    } finally {
+      await small.close();
+    }
   }, 60_000);
 
   it('frees the slot of a generation cancelled while it joins a running decode, and the others go on unchanged', async () => {

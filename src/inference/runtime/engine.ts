@@ -144,6 +144,7 @@ export class Engine implements InferenceEngine {
           intraOpThreads: threads,
           ...extraSessions(cfg, modelPath, threads, dtype),
           positionsMax: c.contextLength,
+          joinedStepTokensMax: opts.prefillTokensPerStepMax,
           nice: cfg.threadsNice ?? 0,
           sched: cfg.threadsSched ?? 'normal',
           spin: cfg.threadsSpin ?? 'off',

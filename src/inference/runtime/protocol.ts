@@ -35,6 +35,12 @@ export interface InitMsg {
   tokensPostIntervalMs: number;
   /** The model's context length: no sequence's cache grows past it. */
   positionsMax: number;
+  /**
+   * Tokens (rows x the longest row) that joins pending together may share one step: the
+   * scheduler's prefill budget while sequences decode (options.ts prefillTokensPerStepMax), so
+   * the decode rows wait no longer between two steps than for one join of that size.
+   */
+  joinedStepTokensMax: number;
   /** Each token's text mid-document (null: not whole characters), for grammar-constrained sampling. */
   tokenTexts?: Array<string | null>;
 }

@@ -168,10 +168,11 @@ export class Scheduler {
   }
 
   /**
-   * Sends the joins made in this turn of the event loop as one message. The worker runs a
-   * message's rows in one step: prompts that arrive together share it however the two threads
-   * interleave (posted one by one, a step of a small model could start between two posts), and
-   * one post costs what one does (~36 us) instead of one each.
+   * Sends the joins made in this turn of the event loop together: as one message each group of
+   * them that fits a step's prefill budget (rows x the longest row). The worker runs a message's
+   * rows in one step: prompts that arrive together share it however the two threads interleave
+   * (posted one by one, a step of a small model could start between two posts), and one post
+   * costs what one does (~36 us) instead of one each.
    */
   private sendJoins(): void {
     const seqs = this.joinsToSend.splice(0).filter((s) => {
@@ -179,7 +180,23 @@ export class Scheduler {
       s.joining = false; // cancelled in the same turn: never sent, reaped as any other
       return false;
     });
-    if (!seqs.length) return;
+    let group: Seq[] = [];
+    let width = 0;
+    for (const s of seqs) {
+      const w = Math.max(width, s.pending.length);
+      if (group.length && (group.length + 1) * w > this.opts.prefillTokensPerStepMax) {
+        this.sendJoin(group);
+        group = [];
+        width = 0;
+      }
+      group.push(s);
+      width = Math.max(width, s.pending.length);
+    }
+    if (group.length) this.sendJoin(group);
+  }
+
+  /** One join message: the prompts of `seqs`, answered (or failed) together. */
+  private sendJoin(seqs: Seq[]): void {
     const counts = seqs.map((s) => s.pending.length);
     this.runner
       .join(seqs.map((s, b) => ({ seq: s.id, tokens: s.pending.slice(), sampler: this.samplerFor(s, counts[b]!) })))
@@ -205,6 +222,11 @@ export class Scheduler {
       });
   }
 
+  /**
+   * Admits a generation now (so a full queue is a 429 before any response
+   * starts) and returns its event stream. The sequence is cancelled when the
+   * stream is closed early, even before its first read, or the signal aborts.
+   */
   generate(req: GenerateRequest): AsyncGenerator<GenerateEvent> {
     // The serving layer refuses these with the request's own field names (serving-checks.ts); here they are broken invariants.
     if (req.promptTokens.length === 0) throw new Error('generate: the prompt has no tokens');

@@ -56,6 +56,8 @@ interface WorkerState {
   tokenPosts: TokenPosts | undefined;
   /** InitMsg.tokensPostIntervalMs. */
   tokensPostIntervalMs: number;
+  /** InitMsg.joinedStepTokensMax. */
+  joinedStepTokensMax: number;
   /** A step is in flight: frees wait for it. */
   busy: boolean;
   /** Model work, one piece at a time in arrival order. */
@@ -76,6 +78,7 @@ const w = {
   inRun: false,
   tokenPosts: undefined,
   tokensPostIntervalMs: 0,
+  joinedStepTokensMax: 0,
   busy: false,
   queue: Promise.resolve(),
   passes: noPasses(),
@@ -93,6 +96,7 @@ function halfToFloat(h: number): number {
 async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void> {
   w.tokenTexts = msg.tokenTexts ?? [];
   w.tokensPostIntervalMs = msg.tokensPostIntervalMs;
+  w.joinedStepTokensMax = msg.joinedStepTokensMax;
   // On Linux a thread's niceness is its own (setpriority on "this process" acts on the calling
   // thread), and the threads onnxruntime starts next inherit it: the model yields the cores to
   // the HTTP thread, not the other way round. Elsewhere it would renice the whole daemon: left.
@@ -597,13 +601,6 @@ const startedBy = (rows: StepRow[]): number[] => rows.filter((r) => r.sampler).m
  */
 const joins: Array<Extract<WorkerCommand, { type: 'join' }>> = [];
 
-/**
- * Tokens (rows x the longest row) that joins pending together may share one step: the
- * scheduler's prefill budget while sequences decode (options.ts prefillTokensPerStepMax), so
- * the decode rows wait no longer between two steps than for one join of that size.
- */
-const JOINED_STEP_TOKENS_MAX = 512;
-
 /** Runs one join alone; a join that fails is answered with its error (the run goes on). */
 async function runJoin(j: Extract<WorkerCommand, { type: 'join' }>): Promise<number[]> {
   try {
@@ -617,7 +614,7 @@ async function runJoin(j: Extract<WorkerCommand, { type: 'join' }>): Promise<num
 
 /**
  * Runs the pending joins, those that arrived during the same step in one step where they fit
- * JOINED_STEP_TOKENS_MAX: a step costs per row far less at a few rows than at one, and on a GPU
+ * InitMsg.joinedStepTokensMax: a step costs per row far less at a few rows than at one, and on a GPU
  * a step costs about the same whatever its rows (bench/README.md "Prompts join the decode run").
  * Each join is answered on its own; a shared step that fails runs its joins alone, so each
  * gets its own answer or error. Returns the generations started.
@@ -631,7 +628,7 @@ async function runJoins(): Promise<number[]> {
     while (joins.length) {
       const next = joins[0]!;
       const w2 = Math.max(width, ...next.rows.map((r) => r.tokens.length));
-      if ((rows + next.rows.length) * w2 > JOINED_STEP_TOKENS_MAX) break;
+      if ((rows + next.rows.length) * w2 > w.joinedStepTokensMax) break;
       group.push(joins.shift()!);
       width = w2;
       rows += next.rows.length;
