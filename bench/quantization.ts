@@ -7,10 +7,14 @@ import { FORMAT_DTYPE, writeModelDir } from '../src/inference/convert/model-conf
 import { WEIGHT_FORMATS } from '../src/inference/convert/onnx-linear.js';
 import { evaluationProbabilities, greedyTokens, largestChange, leadingAgreement, GREEDY_TOKENS_COMPARED } from '../src/inference/convert/variant-quality.js';
 import { Engine } from '../src/inference/runtime/engine.js';
+import { prefillGraph } from '../src/inference/runtime/prefill-graph.js';
 
 // Quality of each weight variant of stories260K against f32: how many of the
 // first 40 greedy tokens equal f32's (three prompts), and the largest change of
-// a "yes" probability over the evaluation bench's 64 questions.
+// a "yes" probability over the evaluation bench's 64 questions. The rows "... on int8
+// products" run every step, decode steps too, on the prefill session's graph
+// (runtime/prefill-graph.ts), which the engine uses only for steps of several rows: the most
+// that graph's rounding can change.
 // Usage: node dist/bench/quantization.js     (needs ../shared/models/stories260K)
 
 const PROMPTS = ['The dog', 'Once upon a time', 'Lily and Tom went to the park'];
@@ -27,13 +31,23 @@ async function main() {
       writeModelDir(path.join(dir, kind), c);
       if (kind === 'chat') for (const v of c.onnx) console.log(`${v.dtype}: model file ${v.model.byteLength} bytes`);
     }
+    // The same folders with each block-quantized graph replaced by its prefill graph.
+    const int8Dir = path.join(dir, 'int8-products');
+    for (const kind of ['chat', 'evaluation']) {
+      fs.cpSync(path.join(dir, kind), path.join(int8Dir, kind), { recursive: true });
+      for (const f of fs.readdirSync(path.join(int8Dir, kind)).filter((n) => n.endsWith('.onnx'))) {
+        const g = prefillGraph(fs.readFileSync(path.join(int8Dir, kind, f)));
+        if (g) fs.writeFileSync(path.join(int8Dir, kind, f), g);
+      }
+    }
     const results = new Map<string, { tokens: number[][]; probs: Record<string, number> }>();
-    for (const f of WEIGHT_FORMATS) {
-      const e = await Engine.load({ modelsDir: dir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, dtype: FORMAT_DTYPE[f] });
+    const runs = [...WEIGHT_FORMATS.map((f) => ({ name: f as string, f, modelsDir: dir })), ...(['int8', 'int4'] as const).map((f) => ({ name: `${f}, every step on int8 products`, f, modelsDir: int8Dir }))];
+    for (const { name, f, modelsDir } of runs) {
+      const e = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, dtype: FORMAT_DTYPE[f], prefillSession: false });
       try {
         const tokens = [];
         for (const p of PROMPTS) tokens.push(await greedyTokens(e, 'q/chat', p));
-        results.set(f, { tokens, probs: await evaluationProbabilities(e, 'q/evaluation') });
+        results.set(name, { tokens, probs: await evaluationProbabilities(e, 'q/evaluation') });
       } finally {
         await e.close();
       }

@@ -116,13 +116,13 @@ const envSchema = z.object({
   // streams generate. The cost is a third copy of the weights (runtime/session-choice.ts,
   // bench/README.md "Spinning for a few streams").
   ORT_SPINNING_SESSION: bool.default(true),
-  // A model of 4-bit weights (q4, q4f16) of at most 256 MiB also loads its graph with the 4-bit
-  // products widened to 8 bits (the same values; onnxruntime's 8-bit kernel is the faster one at
-  // hundreds of rows), and a step of more than 32 tokens runs there when that has been faster for
-  // its size: one m25 matrix at 380 rows took 1,111 us at 8 bits against 1,913 at 4 on a Zen 5
-  // machine; q4 evaluations of m25 became 2-8 % faster, and faster than fp32 in every request.
-  // The cost is a copy of the weights at twice their bytes and the long steps' buffers
-  // (runtime/prefill-graph.ts, docs/faults.md "Memory", bench/README.md "Long steps in 8 bits").
+  // A model of block-quantized weights (int8, q4, q4f16) of at most 256 MiB also loads its graph
+  // with those products as int8 ones (the weights rounded to int8 per column, the activations per
+  // row: onnxruntime's integer product is the faster one from a few rows on), and a step of 8
+  // tokens or more runs there when that has been faster for its size: one m25 matrix at 380 rows
+  // took 553 us against 2,289 at 4 bits on an Intel machine with AMX. The cost is a copy of the
+  // weights at one byte each and the long steps' buffers (runtime/prefill-graph.ts,
+  // docs/faults.md "Memory", bench/README.md "Long steps in integers").
   ORT_PREFILL_SESSION: bool.default(true),
   // A decode run's tokens are posted to the HTTP thread at most this often when its steps are
   // faster (a few steps a post; a sequence's first tokens and its end go at once): each post

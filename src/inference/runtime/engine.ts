@@ -41,7 +41,7 @@ export interface EngineConfig {
   narrowSession?: boolean;
   /** ORT_SPINNING_SESSION: such a model also loads a session whose threads spin while a step runs, for steps while few sequences run (extraSessionsFor). */
   spinningSession?: boolean;
-  /** ORT_PREFILL_SESSION: a model of 4-bit weights also loads its graph with those products widened to 8 bits, for long steps (extraSessionsFor). */
+  /** ORT_PREFILL_SESSION: a model of block-quantized weights also loads its graph with those products as int8 ones, for steps of several rows (extraSessionsFor). */
   prefillSession?: boolean;
   /** TOKENS_POST_INTERVAL_MS: how long a decode run's fast steps are held before their tokens are posted (token-posts.ts). */
   tokensPostIntervalMs?: number;
@@ -66,8 +66,8 @@ const MULTI_THREAD_MODEL_BYTES_MIN = 4 * 2 ** 20;
  */
 const EXTRA_SESSIONS_MODEL_BYTES_MAX = 256 * 2 ** 20;
 
-/** The weight variants of 4-bit matrices (MatMulNBits with bits 4), which a prefill session may speed up (prefill-graph.ts). */
-const FOUR_BIT_DTYPES: ReadonlySet<ModelDtype> = new Set(['q4', 'q4f16']);
+/** The weight variants of block-quantized matrices (MatMulNBits), which a prefill session may speed up (prefill-graph.ts). */
+const BLOCK_QUANTIZED_DTYPES: ReadonlySet<ModelDtype> = new Set(['int8', 'q4', 'q4f16']);
 
 /** A model's graph and weights on disk. */
 function modelBytes(modelFile: string): number {
@@ -85,14 +85,14 @@ export function threadsFor(modelFile: string): number {
  * The sessions a CPU model on `threads` intra-op threads loads beside its every-core one, as
  * ORT_NARROW_SESSION, ORT_SPINNING_SESSION and ORT_PREFILL_SESSION allow: a one-thread session,
  * one whose threads spin while a step runs (which only differs from the every-core one when that
- * one's sleep), and, for a variant of 4-bit weights (`dtype`), its graph with those products
- * widened to 8 bits for long steps, on any number of threads (the worker leaves it out where the graph has
- * no such products).
+ * one's sleep), and, for a variant of block-quantized weights (`dtype`), its graph with those
+ * products as int8 ones for steps of several rows, on any number of threads (the worker leaves
+ * it out where the graph has no such products).
  */
 export function extraSessionsFor(modelFile: string, threads: number, dtype: ModelDtype, allow: { narrow: boolean; spinning: boolean; prefill: boolean; spin: ThreadSpin }): LoadedSessions {
   const small = modelBytes(modelFile) <= EXTRA_SESSIONS_MODEL_BYTES_MAX;
   const fits = threads > 1 && small;
-  return { narrow: fits && allow.narrow, spinning: fits && allow.spinning && allow.spin === 'off', prefill: small && allow.prefill && FOUR_BIT_DTYPES.has(dtype) };
+  return { narrow: fits && allow.narrow, spinning: fits && allow.spinning && allow.spin === 'off', prefill: small && allow.prefill && BLOCK_QUANTIZED_DTYPES.has(dtype) };
 }
 
 /** The weight variant a folder serves: the daemon-wide choice where the folder has it, else its cloudgate.json's. */

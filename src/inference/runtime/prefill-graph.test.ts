@@ -3,7 +3,7 @@ import * as ort from 'onnxruntime-node';
 import onnxProto from 'onnx-proto';
 import { GraphBuilder } from '../convert/onnx-graph.js';
 import { linear, MATMUL_NBITS_ACCURACY_LEVEL, type WeightFormat } from '../convert/onnx-linear.js';
-import { quantizeMatrix } from '../convert/quantize.js';
+import { QUANT_BLOCK_ELEMENTS, quantizeMatrix } from '../convert/quantize.js';
 import { mulberry32 } from './sampler.js';
 import { prefillGraph } from './prefill-graph.js';
 
@@ -32,19 +32,39 @@ function graph(format: WeightFormat, accuracyLevel?: number): Uint8Array {
   return encode(gb, ['y']);
 }
 
+/** The product in float32 of the node's own (dequantized) weights: what the int8 products approximate. */
+function exact(format: 'int4' | 'int8'): Uint8Array {
+  const bits = format === 'int4' ? 4 : 8;
+  const q = quantizeMatrix(W, K, N, bits, QUANT_BLOCK_ELEMENTS[bits]);
+  const block = q.block;
+  const blocks = Math.ceil(K / block);
+  const w = new Float32Array(K * N);
+  for (let n = 0; n < N; n++)
+    for (let k = 0; k < K; k++) {
+      const b = Math.floor(k / block);
+      const j = k % block;
+      const at = (n * blocks + b) * ((block * bits) / 8);
+      const v = bits === 8 ? q.packed[at + j]! - 128 : ((q.packed[at + (j >> 1)]! >> (4 * (j & 1))) & 0xf) - 8;
+      w[k * N + n] = v * q.scales[n * blocks + b]!;
+    }
+  const gb = new GraphBuilder();
+  linear(gb, gb.input('x', 'float32', ['m', K]), 'w', w, K, N, { format: 'f32' }, 'y');
+  return encode(gb, ['y']);
+}
+
 /**
  * A 4-bit MatMulNBits written by hand: with zero points of `zeroType` (uint8: packed two a byte,
- * as onnxruntime's quantizer writes them; float: one a block), and `products` nodes reading the
- * same weights (a tied matrix).
+ * as onnxruntime's quantizer writes them; float: one a block), `products` nodes reading the
+ * same weights (a tied matrix), and with `indirect` weights that are no initializer of their own.
  */
-function handWritten(zeroType: 'uint8' | 'float32' | 'none', products = 1): Uint8Array {
+function handWritten(zeroType: 'uint8' | 'float32' | 'none', products = 1, indirect = false): Uint8Array {
   const q = quantizeMatrix(W, K, N, 4, 32);
   const blocks = K / 32;
   const gb = new GraphBuilder();
   const x = gb.input('x', 'float32', ['m', K]);
   gb.init('w.q', [N, blocks, 16], q.packed, 'uint8');
   gb.init('w.s', [N * blocks], q.scales);
-  const inputs = [x, 'w.q', 'w.s'];
+  const inputs = [x, indirect ? gb.op1('Identity', ['w.q']) : 'w.q', 'w.s'];
   if (zeroType === 'uint8') {
     const perColumn = Math.ceil(blocks / 2);
     const z = new Uint8Array(N * perColumn);
@@ -58,55 +78,71 @@ function handWritten(zeroType: 'uint8' | 'float32' | 'none', products = 1): Uint
   return encode(gb, outs);
 }
 
-const nodes = (bytes: Uint8Array) => onnxProto.onnx.ModelProto.decode(bytes).graph!.node!.filter((n) => n.opType === 'MatMulNBits');
+const nodes = (bytes: Uint8Array, op = 'MatMulNBits') => onnxProto.onnx.ModelProto.decode(bytes).graph!.node!.filter((n) => n.opType === op);
 const attrOf = (n: onnxProto.onnx.INodeProto, name: string) => Number(n.attribute!.find((a) => a.name === name)?.i ?? -1);
 
-async function run(bytes: Uint8Array, output = 'y'): Promise<Float32Array> {
+async function run(bytes: Uint8Array, output = 'y', rows = M): Promise<Float32Array> {
   const s = await ort.InferenceSession.create(bytes, { graphOptimizationLevel: 'all', intraOpNumThreads: 1 });
   try {
-    return (await s.run({ x: new ort.Tensor('float32', A, [M, K]) }))[output]!.data as Float32Array;
+    return (await s.run({ x: new ort.Tensor('float32', A.subarray(0, rows * K), [rows, K]) }))[output]!.data as Float32Array;
   } finally {
     await s.release();
   }
 }
 
 const worstDiff = (a: Float32Array, b: Float32Array) => a.reduce((w, x, i) => Math.max(w, Math.abs(x - b[i]!)), 0);
+const largest = (a: Float32Array) => a.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
 
 describe('prefillGraph', () => {
-  it('widens every 4-bit product to 8 bits holding the same values: the answers are the converted graph’s up to the order of the sums', async () => {
-    const q4 = graph('int4');
-    const wide = prefillGraph(q4)!;
-    expect(nodes(wide).map((n) => [attrOf(n, 'bits'), attrOf(n, 'accuracy_level')])).toEqual([[8, MATMUL_NBITS_ACCURACY_LEVEL]]);
-    const [y4, y8, yFloat] = [await run(q4), await run(wide), await run(graph('int4', 0))];
-    // Same weights, same int8 rounding of the activations: only the sums' order differs. Products in
-    // float32 (the weights dequantized) differ by that rounding, two orders of magnitude more.
-    expect(worstDiff(y8, y4)).toBeLessThan(1e-5);
-    expect(worstDiff(yFloat, y4)).toBeGreaterThan(100 * worstDiff(y8, y4) + 1e-4);
+  it('rewrites 4- and 8-bit products as int8 ones whose answers are as near the exact product as the converted graph\'s', async () => {
+    for (const format of ['int4', 'int8'] as const) {
+      const g = graph(format);
+      const rewritten = prefillGraph(g)!;
+      expect(nodes(rewritten)).toHaveLength(0);
+      expect(nodes(rewritten, 'MatMulIntegerToFloat')).toHaveLength(1);
+      const [y, yInt8, yExact] = [await run(g), await run(rewritten), await run(exact(format))];
+      // MatMulNBits rounds the activations to int8 per block of 32, the rewrite per row and
+      // the weights again per column: errors of one size, far below the answers' own.
+      const own = worstDiff(y, yExact);
+      expect(worstDiff(yInt8, yExact), format).toBeLessThan(3 * own + 1e-4);
+      expect(worstDiff(yInt8, yExact), format).toBeLessThan(0.02 * largest(yExact));
+      expect(worstDiff(yInt8, y), format).toBeGreaterThan(0); // not the converted graph run again
+    }
   });
 
-  it('widens uint8 zero points packed two a byte (a column of an odd block count padded), and one copy of a matrix two products read', async () => {
+  it('rounds each row on its own: a row answers the same alone as among others', async () => {
+    const rewritten = prefillGraph(graph('int4'))!;
+    const [all, one] = [await run(rewritten), await run(rewritten, 'y', 1)];
+    expect(Array.from(one)).toEqual(Array.from(all.subarray(0, N)));
+  });
+
+  it('applies uint8 zero points packed two a byte (a column of an odd block count padded) and float ones, and keeps one copy of a matrix two products read', async () => {
     const g = handWritten('uint8', 2);
-    const wide = prefillGraph(g)!;
-    const ns = nodes(wide);
-    expect(ns.map((n) => attrOf(n, 'bits'))).toEqual([8, 8]);
-    expect(ns[0]!.input).toEqual(ns[1]!.input);
-    expect(ns[0]!.input![1]).toBe('w.q.wide8');
-    const names = onnxProto.onnx.ModelProto.decode(wide).graph!.initializer!.map((t) => t.name);
-    expect(names.filter((n) => n === 'w.q.wide8')).toHaveLength(1);
-    for (const o of ['y0', 'y1']) expect(worstDiff(await run(wide, o), await run(g, o))).toBeLessThan(1e-5);
+    const rewritten = prefillGraph(g)!;
+    const ns = nodes(rewritten, 'MatMulIntegerToFloat');
+    expect(ns).toHaveLength(2);
+    expect(ns[0]!.input![1]).toBe(ns[1]!.input![1]);
+    const model = onnxProto.onnx.ModelProto.decode(rewritten).graph!;
+    expect(model.initializer!.filter((t) => t.dataType === onnxProto.onnx.TensorProto.DataType.INT8)).toHaveLength(1);
+    expect(model.initializer!.map((t) => t.name)).not.toContain('w.q'); // the 4-bit copy no node reads is dropped
+    const bound = (y: Float32Array) => 0.02 * largest(y);
+    for (const o of ['y0', 'y1']) expect(worstDiff(await run(rewritten, o), await run(g, o))).toBeLessThan(bound(await run(g, o)));
+    const f = handWritten('float32');
+    expect(worstDiff(await run(prefillGraph(f)!, 'y0'), await run(f, 'y0'))).toBeLessThan(bound(await run(f, 'y0')));
+    // zero points read wrong (none where there are some) move the answers far
+    expect(worstDiff(await run(prefillGraph(handWritten('none'))!, 'y0'), await run(g, 'y0'))).toBeGreaterThan(10 * bound(await run(g, 'y0')));
   });
 
-  it('multiplies in float32 a 4-bit product it cannot widen (zero points in float)', async () => {
-    const g = handWritten('float32');
+  it('multiplies in float32 a 4-bit product it cannot rewrite (weights that are no initializer)', async () => {
+    const g = handWritten('uint8', 1, true);
     const f = prefillGraph(g)!;
     expect(nodes(f).map((n) => [attrOf(n, 'bits'), attrOf(n, 'accuracy_level')])).toEqual([[4, 0]]);
     expect(worstDiff(await run(f, 'y0'), await run(g, 'y0'))).toBeLessThan(0.05);
   });
 
-  it('leaves graphs without 4-bit products alone', () => {
-    expect(prefillGraph(graph('int8'))).toBeUndefined();
+  it('leaves graphs without block-quantized products alone', () => {
     expect(prefillGraph(graph('f32'))).toBeUndefined();
     expect(prefillGraph(prefillGraph(graph('int4'))!)).toBeUndefined();
-    expect(prefillGraph(graph('int4', 0))).toBeDefined(); // already float32: widened all the same
+    expect(prefillGraph(graph('int4', 0))).toBeDefined(); // float32 compute: rewritten all the same
   });
 });

@@ -1,35 +1,50 @@
 import onnxProto from 'onnx-proto';
 
-// The graph of a model with 4-bit weights for long steps (the "prefill" session of
-// session-choice.ts): every 4-bit MatMulNBits rewritten as an 8-bit one holding the same
-// values. onnxruntime's 4-bit kernel with int8 activations (`accuracy_level` 4, the
-// converter's choice because it is the fastest for decode steps of a few rows) is slow for
-// steps of hundreds of rows, and its 8-bit kernel is not: one m25 matrix at 380 rows on two
-// threads took 1,913 us at 4 bits, 1,111 at 8 and 1,701 in float32 on a Zen 5 machine,
-// 2,822 / 2,351 (8 bits in blocks of 64) / 4,070 on a Zen 4 and 3,701 / 3,026 / 3,496 on an
-// Intel one (bench/README.md "Long steps in 8 bits"). A 4-bit value q with zero point z is
-// the 8-bit value q + 120 with zero point z + 120 and the same scale: the weights are the
-// same numbers, the activations are rounded the same way (int8 per block), so the answers
-// differ only by the order of the sums. A 4-bit product this cannot widen (a zero point that
-// is not uint8, weights that are not an initializer) multiplies in float32 instead
-// (`accuracy_level` 0, the weights dequantized), as the whole graph did before.
+// The graph of a model with block-quantized weights (MatMulNBits, 4 or 8 bits) for long steps
+// (the "prefill" session of session-choice.ts): every such product rewritten as an integer matrix
+// product of int8 weights and int8 activations, onnxruntime's `MatMulIntegerToFloat`.
+//
+// Why: MatMulNBits (the converter's choice: it is the fastest for decode steps of a row or a
+// few) is slow for steps of hundreds of rows, while onnxruntime's general integer product
+// (MLAS QGEMM, tuned with VNNI and, where the CPU has it, AMX tiles) is not. One m25 matrix at
+// 380 rows on two threads, one Intel machine with AMX: 2,289 us at 4 bits, 1,804 at 8, 1,639 in
+// float32, 553 here (bench/README.md "Long steps in integers").
+//
+// What it computes: the weights are MatMulNBits' own values (dequantized, the zero points
+// applied), rounded again to int8 per output column (a column's largest value is 127); the
+// activations are rounded to int8 per row (a row's largest magnitude is 127), where
+// MatMulNBits with `accuracy_level` 4 rounds them per block of 32. Both roundings are below
+// the 4-bit grid's: the answers differ from MatMulNBits' by about as much as MatMulNBits'
+// own int8 activations differ from float32 (prefill-graph.test.ts bounds it). Each row is
+// rounded on its own, so a row's answer does not depend on the other rows of its step.
+//
+// A product this cannot rewrite (weights not in initializers, a `g_idx` or `bias` input) is
+// left as it is, except that a 4-bit one multiplies in float32 (`accuracy_level` 0), faster
+// at long steps than its int8 kernel.
 
 const { onnx } = onnxProto;
+const DT = onnx.TensorProto.DataType;
 
-/** The 4-bit products this rewrites. */
-const NARROW_BITS = 4;
-const WIDE_BITS = 8;
-/** MatMulNBits' zero point when the node has none: 2^(bits-1). */
-const DEFAULT_ZERO = { 4: 8, 8: 128 } as const;
-/** q4 + 120 keeps w = (q - z) * scale with z = 8 + 120 = 128, 8 bits' default. */
-const WIDEN_OFFSET = DEFAULT_ZERO[WIDE_BITS] - DEFAULT_ZERO[NARROW_BITS];
-/** `accuracy_level` of the widened products: int8 activations, integer dot products (VNNI). */
-const INT8_ACCURACY_LEVEL = 4;
+/** The largest int8 magnitude either side is rounded to: symmetric, so no zero point to carry per row. */
+const INT8_MAX = 127;
+/** uint8 zero point of the activations: int8 values offset into uint8, onnxruntime's fast u8 x s8 product. */
+const ACTIVATION_ZERO_POINT = 128;
+/** A row of zeros keeps a finite reciprocal of its scale (its products are 0 either way). */
+const ROW_SCALE_FLOOR = 1e-30;
 /** `accuracy_level` that multiplies in float32 (onnxruntime's contrib op; 0 is also its default). */
 const FLOAT32_ACCURACY_LEVEL = 0;
+/** The opset from which ReduceMax takes its axes as an input instead of an attribute. */
+const REDUCE_AXES_INPUT_OPSET = 18;
+/** Names this adds to a graph begin with this. */
+const PREFIX = 'cloudgate.int8';
 
 type Tensor = onnxProto.onnx.ITensorProto;
 type Node = onnxProto.onnx.INodeProto;
+
+const attr = (node: Node, name: string): number | undefined => {
+  const a = node.attribute?.find((x) => x.name === name);
+  return a ? Number(a.i) : undefined;
+};
 
 function setAttr(node: Node, name: string, value: number): void {
   const attrs = (node.attribute ??= []);
@@ -38,53 +53,96 @@ function setAttr(node: Node, name: string, value: number): void {
   else attrs.push({ name, type: onnx.AttributeProto.AttributeType.INT, i: value });
 }
 
-const attr = (node: Node, name: string): number | undefined => {
-  const a = node.attribute?.find((x) => x.name === name);
-  return a ? Number(a.i) : undefined;
-};
+function halfToFloat(h: number): number {
+  const s = h & 0x8000 ? -1 : 1;
+  const e = (h >> 10) & 0x1f;
+  const f = h & 0x3ff;
+  if (e === 0) return s * 2 ** -14 * (f / 1024);
+  if (e === 31) return f ? NaN : s * Infinity;
+  return s * 2 ** (e - 15) * (1 + f / 1024);
+}
 
 /** A uint8 initializer's bytes (onnx keeps them in raw_data, or one per int32_data entry). */
 function uint8Data(t: Tensor): Uint8Array | undefined {
-  if (t.dataType !== onnx.TensorProto.DataType.UINT8) return undefined;
+  if (t.dataType !== DT.UINT8) return undefined;
   if (t.rawData?.length) return t.rawData;
   return t.int32Data?.length ? Uint8Array.from(t.int32Data) : undefined;
 }
 
-/**
- * The node's weights and zero points as 8-bit values, or undefined when they are not
- * uint8 initializers of the shapes MatMulNBits documents.
- */
-function widened(node: Node, inits: Map<string, Tensor>): { weights: Uint8Array; zeros: Uint8Array | undefined; n: number; blocks: number; block: number } | undefined {
-  const [, bName, , zName] = node.input ?? [];
-  const K = attr(node, 'K');
-  const N = attr(node, 'N');
-  const block = attr(node, 'block_size');
-  const packed = bName ? inits.get(bName) : undefined;
-  const data = packed && uint8Data(packed);
-  if (!K || !N || !block || !data) return undefined;
-  const blocks = Math.ceil(K / block);
-  if (data.length !== (N * blocks * block) / 2) return undefined;
-  const weights = new Uint8Array(data.length * 2);
-  for (let i = 0; i < data.length; i++) {
-    weights[2 * i] = (data[i]! & 0xf) + WIDEN_OFFSET;
-    weights[2 * i + 1] = (data[i]! >> 4) + WIDEN_OFFSET;
+/** A float32 or float16 initializer's values as float32. */
+function floatData(t: Tensor): Float32Array | undefined {
+  const raw = t.rawData;
+  if (t.dataType === DT.FLOAT) {
+    if (raw?.length) return new Float32Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.byteLength));
+    return t.floatData?.length ? Float32Array.from(t.floatData) : undefined;
   }
-  if (!zName) return { weights, zeros: undefined, n: N, blocks, block };
-  const z = inits.get(zName);
-  const zData = z && uint8Data(z);
-  const perColumn = Math.ceil(blocks / 2); // two blocks' zero points a byte, each column padded to a byte
-  if (!zData || zData.length !== N * perColumn) return undefined;
-  const zeros = new Uint8Array(N * blocks);
-  for (let n = 0; n < N; n++) {
-    for (let b = 0; b < blocks; b++) zeros[n * blocks + b] = ((zData[n * perColumn + (b >> 1)]! >> (4 * (b & 1))) & 0xf) + WIDEN_OFFSET;
+  if (t.dataType === DT.FLOAT16) {
+    if (raw?.length) return Float32Array.from(new Uint16Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.byteLength)), halfToFloat);
+    return t.int32Data?.length ? Float32Array.from(t.int32Data, halfToFloat) : undefined;
   }
-  return { weights, zeros, n: N, blocks, block };
+  return undefined;
 }
 
 /**
- * The graph `bytes` with every 4-bit MatMulNBits widened to 8 bits (or, where it cannot be,
- * multiplying in float32), or undefined when it has none (nothing to gain) or keeps its weights
- * in a side file (a graph loaded from memory could not find it).
+ * The node's weights as float32 [K, N] (row-major, as MatMul reads them), or undefined when
+ * they, their scales or zero points are not initializers of the shapes MatMulNBits documents.
+ */
+function dequantized(node: Node, inits: Map<string, Tensor>): Float32Array | undefined {
+  const [, bName, sName, zName] = node.input ?? [];
+  const K = attr(node, 'K');
+  const N = attr(node, 'N');
+  const bits = attr(node, 'bits') ?? 4;
+  const block = attr(node, 'block_size');
+  const data = bName ? inits.get(bName) && uint8Data(inits.get(bName)!) : undefined;
+  const scales = sName ? inits.get(sName) && floatData(inits.get(sName)!) : undefined;
+  if (!K || !N || !block || !data || !scales || (bits !== 4 && bits !== 8)) return undefined;
+  const blocks = Math.ceil(K / block);
+  const blob = (block * bits) / 8;
+  if (data.length !== N * blocks * blob || scales.length !== N * blocks) return undefined;
+  // Zero points: none (2^(bits-1)), uint8 (packed 8 / bits a byte, each column padded to a byte) or float.
+  let zero: (n: number, b: number) => number = () => 2 ** (bits - 1);
+  if (zName) {
+    const z = inits.get(zName);
+    if (!z) return undefined;
+    const zBytes = uint8Data(z);
+    const zFloat = zBytes ? undefined : floatData(z);
+    const perColumn = Math.ceil((blocks * bits) / 8);
+    if (zBytes && zBytes.length === N * perColumn) {
+      zero = bits === 8 ? (n, b) => zBytes[n * perColumn + b]! : (n, b) => (zBytes[n * perColumn + (b >> 1)]! >> (4 * (b & 1))) & 0xf;
+    } else if (zFloat && zFloat.length === N * blocks) zero = (n, b) => zFloat[n * blocks + b]!;
+    else return undefined;
+  }
+  const w = new Float32Array(K * N);
+  for (let n = 0; n < N; n++) {
+    for (let b = 0; b < blocks; b++) {
+      const s = scales[n * blocks + b]!;
+      const z = zero(n, b);
+      const at = (n * blocks + b) * blob;
+      for (let j = 0; j < block && b * block + j < K; j++) {
+        const q = bits === 8 ? data[at + j]! : (data[at + (j >> 1)]! >> (4 * (j & 1))) & 0xf;
+        w[(b * block + j) * N + n] = (q - z) * s;
+      }
+    }
+  }
+  return w;
+}
+
+/** int8 weights [K, N] and a float32 scale per column, each column's largest magnitude at INT8_MAX. */
+function perColumnInt8(w: Float32Array, K: number, N: number): { q: Int8Array; scale: Float32Array } {
+  const amax = new Float32Array(N);
+  for (let k = 0; k < K; k++) for (let n = 0; n < N; n++) amax[n] = Math.max(amax[n]!, Math.abs(w[k * N + n]!));
+  const scale = amax.map((a) => (a > 0 ? a / INT8_MAX : 1));
+  const q = new Int8Array(K * N);
+  for (let k = 0; k < K; k++) for (let n = 0; n < N; n++) q[k * N + n] = Math.round(w[k * N + n]! / scale[n]!);
+  return { q, scale };
+}
+
+const bytesOf = (a: ArrayBufferView): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+
+/**
+ * The graph `bytes` with every MatMulNBits product it can rewrite as an int8 one (see above),
+ * or undefined when it has none (nothing to gain) or keeps its weights in a side file (a graph
+ * loaded from memory could not find it).
  */
 export function prefillGraph(bytes: Uint8Array): Uint8Array | undefined {
   const model = onnx.ModelProto.decode(bytes);
@@ -93,37 +151,88 @@ export function prefillGraph(bytes: Uint8Array): Uint8Array | undefined {
   const initializers = graph.initializer ?? [];
   if (initializers.some((t) => t.dataLocation === onnx.TensorProto.DataLocation.EXTERNAL)) return undefined;
   const inits = new Map(initializers.map((t) => [t.name!, t]));
-  // An initializer another node also reads (tied embeddings) is left as it is, and the widened copy added.
-  const readers = new Map<string, number>();
-  for (const node of graph.node ?? []) for (const name of node.input ?? []) readers.set(name, (readers.get(name) ?? 0) + 1);
-  const widenedNames = new Map<string, string>(); // two 4-bit products of one matrix share its widened copy
-  const replace = (name: string, t: Tensor): string => {
-    const done = widenedNames.get(name);
-    if (done) return done;
-    const own = readers.get(name) === 1;
-    const newName = own ? name : `${name}.wide${WIDE_BITS}`;
-    const tensor = { ...t, name: newName };
-    if (own) initializers[initializers.indexOf(inits.get(name)!)] = tensor;
-    else initializers.push(tensor);
-    widenedNames.set(name, newName);
-    return newName;
+  const opset = Number(model.opsetImport?.find((o) => !o.domain || o.domain === 'ai.onnx')?.version ?? 0);
+  const added: Tensor[] = [];
+  const constant = (name: string, t: Omit<Tensor, 'name'>): string => {
+    const full = `${PREFIX}.${name}`;
+    if (!added.some((a) => a.name === full)) added.push({ ...t, name: full });
+    return full;
   };
+  const f32 = (name: string, v: number) => constant(name, { dataType: DT.FLOAT, dims: [], rawData: bytesOf(Float32Array.of(v)) });
+  const zp = () => constant('zero_point', { dataType: DT.UINT8, dims: [], rawData: Uint8Array.of(ACTIVATION_ZERO_POINT) });
+  let fresh = 0;
+  const out = (what: string) => `${PREFIX}.${what}.${fresh++}`;
+  const nodes: Node[] = [];
+  const op = (opType: string, input: string[], attrs: Record<string, number | number[]> = {}, domain?: string, output = out(opType)): string => {
+    const attribute = Object.entries(attrs).map(([name, v]) =>
+      Array.isArray(v) ? { name, type: onnx.AttributeProto.AttributeType.INTS, ints: v } : { name, type: onnx.AttributeProto.AttributeType.INT, i: v },
+    );
+    nodes.push({ opType, input, output: [output], name: output, attribute, ...(domain ? { domain } : {}) });
+    return output;
+  };
+  // One rounding per activation tensor, however many products read it.
+  const rounded = new Map<string, { q: string; scale: string }>();
+  const roundRows = (x: string): { q: string; scale: string } => {
+    const hit = rounded.get(x);
+    if (hit) return hit;
+    const abs = op('Abs', [x]);
+    const scale =
+      opset >= REDUCE_AXES_INPUT_OPSET
+        ? op('ReduceMax', [abs, constant('last_axis', { dataType: DT.INT64, dims: [1], rawData: bytesOf(BigInt64Array.of(-1n)) })], { keepdims: 1 })
+        : op('ReduceMax', [abs], { axes: [-1], keepdims: 1 });
+    const inverse = op('Div', [f32('int8_max', INT8_MAX), op('Max', [scale, f32('row_scale_floor', ROW_SCALE_FLOOR)])]);
+    const q = op('QuantizeLinear', [op('Mul', [x, inverse]), f32('one', 1), zp()]);
+    const r = { q, scale };
+    rounded.set(x, r);
+    return r;
+  };
+  const weightsDone = new Map<string, { q: string; scale: string }>(); // two products of one matrix share its copy
+  const replacedWeights = new Set<string>();
   let changed = 0;
   for (const node of graph.node ?? []) {
-    if (node.opType !== 'MatMulNBits' || (attr(node, 'bits') ?? NARROW_BITS) !== NARROW_BITS) continue;
-    const w = widened(node, inits);
-    if (w) {
-      const inputs = node.input!;
-      inputs[1] = replace(inputs[1]!, { dataType: onnx.TensorProto.DataType.UINT8, dims: [w.n, w.blocks, w.block], rawData: w.weights });
-      if (w.zeros) inputs[3] = replace(inputs[3]!, { dataType: onnx.TensorProto.DataType.UINT8, dims: [w.zeros.length], rawData: w.zeros });
-      setAttr(node, 'bits', WIDE_BITS);
-      setAttr(node, 'accuracy_level', INT8_ACCURACY_LEVEL);
-      changed++;
-    } else if ((attr(node, 'accuracy_level') ?? FLOAT32_ACCURACY_LEVEL) !== FLOAT32_ACCURACY_LEVEL) {
-      setAttr(node, 'accuracy_level', FLOAT32_ACCURACY_LEVEL);
-      changed++;
+    const inputs = node.input ?? [];
+    if (node.opType !== 'MatMulNBits' || (node.domain ?? '') !== 'com.microsoft') {
+      nodes.push(node);
+      continue;
     }
+    const K = attr(node, 'K')!;
+    const N = attr(node, 'N')!;
+    const key = inputs.slice(1, 4).join('|');
+    let weights = weightsDone.get(key);
+    if (!weights && inputs.length <= 4) {
+      const w = dequantized(node, inits);
+      if (w) {
+        const c = perColumnInt8(w, K, N);
+        weights = { q: out('weights'), scale: out('column_scales') };
+        added.push({ name: weights.q, dataType: DT.INT8, dims: [K, N], rawData: bytesOf(c.q) });
+        added.push({ name: weights.scale, dataType: DT.FLOAT, dims: [N], rawData: bytesOf(c.scale) });
+        weightsDone.set(key, weights);
+      }
+    }
+    if (!weights) {
+      if ((attr(node, 'bits') ?? 4) === 4 && (attr(node, 'accuracy_level') ?? FLOAT32_ACCURACY_LEVEL) !== FLOAT32_ACCURACY_LEVEL) {
+        setAttr(node, 'accuracy_level', FLOAT32_ACCURACY_LEVEL);
+        changed++;
+      }
+      nodes.push(node);
+      continue;
+    }
+    for (const name of inputs.slice(1, 4)) if (name) replacedWeights.add(name);
+    // A float16 model (q4f16) computes here in float32 between two casts.
+    const half = inits.get(inputs[2]!)?.dataType === DT.FLOAT16;
+    const x = half ? op('Cast', [inputs[0]!], { to: DT.FLOAT }) : inputs[0]!;
+    const a = roundRows(x);
+    // x . w = (sum of q_x q_w) * (row scale / 127) * column scale, the 1/127 as the product's own A scale.
+    const product = op('MatMulIntegerToFloat', [a.q, weights.q, f32('inverse_int8_max', 1 / INT8_MAX), weights.scale, zp()], {}, 'com.microsoft');
+    const y = node.output![0]!;
+    if (half) op('Cast', [op('Mul', [product, a.scale])], { to: DT.FLOAT16 }, undefined, y);
+    else op('Mul', [product, a.scale], {}, undefined, y);
+    changed++;
   }
-  graph.initializer = initializers;
-  return changed > 0 ? onnx.ModelProto.encode(model).finish() : undefined;
+  if (!changed) return undefined;
+  // The block-quantized copies no remaining node reads are dropped: the session holds the int8 ones only.
+  const read = new Set(nodes.flatMap((n) => n.input ?? []));
+  graph.initializer = [...initializers.filter((t) => !replacedWeights.has(t.name!) || read.has(t.name!)), ...added];
+  graph.node = nodes;
+  return onnx.ModelProto.encode(model).finish();
 }

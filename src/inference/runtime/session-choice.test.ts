@@ -32,11 +32,13 @@ describe('sessionsFor', () => {
     expect(sessionsFor(1, 1, { narrow: false, spinning: true, prefill: false })).toEqual(['wide', 'spinning']);
     expect(sessionsFor(512, 1, { narrow: false, spinning: false, prefill: true })).toEqual(['wide', 'prefill']);
   });
-  it('offers the prefill session only to steps of at least PREFILL_STEP_TOKENS_MIN tokens, past the one-thread ones', () => {
+  it('offers the prefill session only to steps of at least PREFILL_STEP_TOKENS_MIN tokens: several rows, never a decode step of one', () => {
     const all = { narrow: true, spinning: true, prefill: true };
-    expect(PREFILL_STEP_TOKENS_MIN).toBeGreaterThan(NARROW_STEP_TOKENS_MAX);
+    expect(PREFILL_STEP_TOKENS_MIN).toBeGreaterThan(1);
     expect(sessionsFor(PREFILL_STEP_TOKENS_MIN - 1, 1, all)).not.toContain('prefill');
-    expect(sessionsFor(PREFILL_STEP_TOKENS_MIN, 1, all)).toEqual(['wide', 'spinning', 'prefill']);
+    expect(sessionsFor(PREFILL_STEP_TOKENS_MIN, 1, all)).toEqual([...ALL, 'prefill']);
+    expect(sessionsFor(NARROW_STEP_TOKENS_MAX + 1, 1, all)).toEqual(['wide', 'spinning', 'prefill']);
+    expect(sessionsFor(16, 16, all)).toEqual(['wide', 'narrow', 'prefill']); // a decode step of 16 rows
     expect(sessionsFor(16 * 20, 16, all)).toEqual(['wide', 'prefill']); // 16 prompts of 20 tokens in one step
     expect(sessionsFor(1, 1, all)).toEqual(ALL);
   });

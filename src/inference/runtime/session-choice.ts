@@ -5,9 +5,10 @@
 // threads for each of them costs more than they save (m25 int4 at batch 1: 1.30 ms on one
 // thread, 2.03 ms on two sleeping, one Zen 5 machine), and spinning threads avoid the
 // wake-ups (1.06 ms on two spinning against 1.42 on one, a Zen 4 machine) but hold every
-// core while the step runs, so the HTTP thread waits for one. A model of 4-bit weights may
-// also have a session for long steps ("prefill", prefill-graph.ts: the same weights held in 8
-// bits, whose kernel is the faster one at hundreds of rows). Where the crossings lie
+// core while the step runs, so the HTTP thread waits for one. A model of block-quantized
+// weights (int8, q4) may also have a session for steps of several rows ("prefill",
+// prefill-graph.ts: its products as int8 ones, whose kernel is the faster one from a few rows
+// on). Where the crossings lie
 // depends on the model and the machine, so they are measured as the steps run.
 
 export type SessionKind = 'narrow' | 'wide' | 'spinning' | 'prefill';
@@ -29,13 +30,18 @@ export const NARROW_STEP_TOKENS_MAX = 32;
  */
 export const SPINNING_SEQUENCES_MAX = 4;
 /**
- * Steps of fewer tokens than this never run on the prefill session: its 8-bit products gain
- * only at hundreds of rows (one m25 matrix on two threads, Zen 5: 11.2 us at 4 bits and 11.5 at 8
- * for one row, 110.6 and 98.9 for 32, 1,913 and 1,111 for 380; bench/README.md "Long steps in 8
- * bits"), its weights are twice the bytes, and a decode step measured there would cost its
- * slower runs for nothing.
+ * Steps of fewer tokens than this never run on the prefill session (prefill-graph.ts: int8
+ * products, each row's activations rounded on their own). Its products gain from a few rows
+ * on, and lose at one, where onnxruntime's block-quantized kernel reads fewer bytes: a decode
+ * step of m25 int4, two sleeping threads, one Intel machine with AMX, 8.43 ms against 6.69 at 16
+ * rows, 2.74 against 2.82 at 4, 1.53 against 2.13 at 1 (bench/README.md "Long steps in integers").
  */
-export const PREFILL_STEP_TOKENS_MIN = NARROW_STEP_TOKENS_MAX + 1;
+export const PREFILL_STEP_TOKENS_MIN = 8;
+/**
+ * Steps of at least this many tokens may count as long (LONG_RUN_MS): a prompt's, not a decode
+ * step's, whose retries must stay frequent (below).
+ */
+const LONG_STEP_TOKENS_MIN = NARROW_STEP_TOKENS_MAX + 1;
 /** Counted runs per session and size before the fastest one is trusted. */
 const SAMPLES_TO_TRUST = 4;
 /**
@@ -45,7 +51,7 @@ const SAMPLES_TO_TRUST = 4;
  * (~250 ms) on three sessions was 18 runs in measuring at the short sizes' rule (12 now). Long
  * sizes count every run but each session's first, in bursts of one, trust SAMPLES_TO_TRUST_LONG a
  * session, and retry another every RETRY_OTHER_EVERY_LONG_STEPS. Only steps of at least
- * PREFILL_STEP_TOKENS_MIN tokens count as long: a decode step of 16 rows of m110 int4 takes ~21
+ * LONG_STEP_TOKENS_MIN tokens count as long: a decode step of 16 rows of m110 int4 takes ~21
  * ms, and its retries run on a one-thread session ~40 % slower, which every 16 steps would cost
  * ~2.6 % of 16 streams' rate where bursts every 256 cost ~0.5 %; and one pre-empted short step
  * must not move its size to the long rule for good.
@@ -150,7 +156,7 @@ interface Bucket {
   ratios: Map<number, number[]>;
   /** The session being measured or tried: its steps left in a row, and whether the next run is the first (not counted). */
   burst: { kind: SessionKind; left: number; first: boolean } | undefined;
-  /** A step of this size (PREFILL_STEP_TOKENS_MIN tokens or more) took LONG_RUN_MS or more: measured with fewer runs. */
+  /** A step of this size (LONG_STEP_TOKENS_MIN tokens or more) took LONG_RUN_MS or more: measured with fewer runs. */
   long: boolean;
 }
 
@@ -262,7 +268,7 @@ export class SessionChoice {
     const b = this.of(tokens);
     const s = b.est[kind];
     s.runs++;
-    if (ms >= LONG_RUN_MS && tokens >= PREFILL_STEP_TOKENS_MIN) b.long = true;
+    if (ms >= LONG_RUN_MS && tokens >= LONG_STEP_TOKENS_MIN) b.long = true;
     // A long size counts a session's runs from its second: its first allocates the step's buffers
     // (the prefill session's first 512-token runs took 343 and 303 ms, then 195-220).
     if (b.long && s.runs === 1) return;

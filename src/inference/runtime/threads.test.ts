@@ -45,12 +45,13 @@ describe('extraSessionsFor', () => {
       size(`${file}.data`, 300 * 2 ** 20);
       expect(extraSessionsFor(file, 2, 'fp32', allow)).toEqual({ narrow: false, spinning: false, prefill: false });
     }));
-  it('gives a 4-bit variant a prefill session on any number of threads, unless its weights are over 256 MiB', () =>
+  it('gives a block-quantized variant (int8, q4) a prefill session on any number of threads, unless its weights are over 256 MiB', () =>
     withModelDir((file, size) => {
       size(file, 18 * 2 ** 20);
       expect(extraSessionsFor(file, 2, 'q4', allow)).toEqual({ narrow: true, spinning: true, prefill: true });
       expect(extraSessionsFor(file, 1, 'q4f16', allow)).toEqual({ narrow: false, spinning: false, prefill: true });
-      expect(extraSessionsFor(file, 1, 'int8', allow).prefill).toBe(false); // no 4-bit products to widen
+      expect(extraSessionsFor(file, 1, 'int8', allow).prefill).toBe(true);
+      expect(extraSessionsFor(file, 2, 'uint8', allow).prefill).toBe(false); // onnxruntime's own integer products already
       expect(extraSessionsFor(file, 1, 'q4', { ...allow, prefill: false }).prefill).toBe(false);
       size(`${file}.data`, 300 * 2 ** 20);
       expect(extraSessionsFor(file, 2, 'q4', allow).prefill).toBe(false);

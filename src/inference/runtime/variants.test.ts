@@ -76,7 +76,7 @@ describe.skipIf(!stories)('stories260K as f32, int8 and int4 in one folder', () 
     expect(largestChange(int4.probs, f32.probs)).toBeGreaterThan(0);
   }, 60_000);
 
-  it('q4 loads a prefill session (its 4-bit products widened to 8 bits): long prompts are measured on it, and answer as the 4-bit products do, within their rounding', async () => {
+  it('q4 loads a prefill session (its products as int8 ones): long prompts are measured on it, and answer as the 4-bit products do, within the int8 rounding', async () => {
     const passes = async (threads: string) =>
       (await registries.inference.getSingleMetric('cloudgate_engine_forward_passes_total')!.get()).values.filter((v) => v.labels.model_name === 's/chat' && v.labels.threads === threads).reduce((n, v) => n + v.value, 0);
     const firstToken = async (e: Engine, text: string) => {
@@ -102,15 +102,16 @@ describe.skipIf(!stories)('stories260K as f32, int8 and int4 in one folder', () 
     });
     // 12 prompts of one size: measured in bursts of 3 on each session, so at least 3 ran on the prefill session
     expect((await passes('all_prefill')) - before).toBeGreaterThanOrEqual(3);
-    // The runs on the prefill session differ by the order of the sums (measured: up to 0.04 nats
-    // on stories260K), the others not at all; a token may change only where the two led by less.
+    // The runs on the prefill session differ by the int8 rounding of weights and activations
+    // (measured: up to 0.084 nats on stories260K, whose rows of 64 values round coarsest), the
+    // others not at all; a token may change only where the two led by less than both can move.
     const lp = (c: (typeof chosen)[number], id: number) => c.top.find(([t]) => t === id)?.[1] ?? -Infinity;
     const diffs = chosen.map((c, i) => Math.abs(lp(c, c.id) - lp(converted[i]!, c.id)));
     expect(diffs.filter((d) => d > 0).length).toBeGreaterThanOrEqual(3);
     for (let i = 0; i < texts.length; i++) {
       const [c, q] = [chosen[i]!, converted[i]!];
-      expect(diffs[i], `prompt ${i}`).toBeLessThan(0.1);
-      if (c.id !== q.id) expect(q.logprob - lp(q, c.id), `prompt ${i}: a near tie`).toBeLessThan(0.1);
+      expect(diffs[i], `prompt ${i}`).toBeLessThan(0.15);
+      if (c.id !== q.id) expect(q.logprob - lp(q, c.id), `prompt ${i}: a near tie`).toBeLessThan(0.3);
     }
   }, 60_000);
 
@@ -127,7 +128,7 @@ describe.skipIf(!stories)('stories260K as f32, int8 and int4 in one folder', () 
     // the state's step and the 64 branches' step are measured in bursts of 3 on each session: both ran on the prefill ones
     expect((await passes()) - before).toBeGreaterThanOrEqual(6);
     const changes = runs.map((r) => largestChange(r, converted));
-    // measured: 0 where both steps ran as converted, 0.011-0.014 where one ran widened (the sums in another order)
+    // measured: 0 where both steps ran as converted, 0.025-0.037 where one ran on int8 products
     expect(Math.max(...changes)).toBeGreaterThan(0);
     expect(Math.max(...changes)).toBeLessThan(0.05);
   }, 60_000);

@@ -31,7 +31,7 @@ interface WorkerState {
    * The sessions by kind (session-choice.ts), set once at init: `wide` is `session`; `narrow` the
    * same graph on one intra-op thread, for steps of a few tokens; `spinning` the same graph on
    * every core with threads spinning while a run lasts, for steps while few sequences run;
-   * `prefill` the graph with its 4-bit products widened to 8 bits, for long steps (prefill-graph.ts).
+   * `prefill` the graph with its block-quantized products as int8 ones, for steps of several rows (prefill-graph.ts).
    */
   byKind: Record<SessionKind, ort.InferenceSession | undefined>;
   /** Which of the extra sessions loaded; with any, `choice` picks a step's session. */
@@ -39,7 +39,7 @@ interface WorkerState {
   choice: SessionChoice | undefined;
   /** The shared-prefix graph (branch.onnx) of evaluation models, when there is one. */
   branchSession: ort.InferenceSession | undefined;
-  /** The branch graph with its 4-bit products widened to 8 bits, for branch steps of many tokens; with `branchChoice` (its own: a branch step's cost is not a model step's). */
+  /** The branch graph with its block-quantized products as int8 ones, for branch steps of many tokens; with `branchChoice` (its own: a branch step's cost is not a model step's). */
   branchPrefill: ort.InferenceSession | undefined;
   branchChoice: SessionChoice | undefined;
   arch: Arch;
@@ -150,7 +150,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   // shape) held ~70 MiB more after 20 prompts of 512 tokens of m25 int4 than the arena alone, at
   // the same speed (bench/README.md "Long steps in float32").
   const prefillOptions = { ...cpu, enableMemPattern: false };
-  // undefined where the graph has no 4-bit products to change: nothing to load.
+  // undefined where the graph has no block-quantized products to change: nothing to load.
   const prefillSessionOf = async (file: string) => {
     const graph = prefillGraph(fs.readFileSync(file));
     return graph ? ort.InferenceSession.create(graph, prefillOptions) : undefined;
@@ -210,7 +210,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   }
 }
 
-/** The sessions a branch step may run on: its graph as converted, and with 4-bit products widened to 8 bits for many tokens. */
+/** The sessions a branch step may run on: its graph as converted, and with its products as int8 ones for many tokens. */
 const BRANCH_SESSIONS: LoadedSessions = { narrow: false, spinning: false, prefill: true };
 
 /**
