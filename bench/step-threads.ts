@@ -1,6 +1,8 @@
 import ort from 'onnxruntime-node';
+import fs from 'node:fs';
 import os from 'node:os';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
+import { prefillGraph } from '../src/inference/runtime/prefill-graph.js';
 import { spinningSessionConfig, spinSessionConfig, type ThreadSpin } from '../src/inference/runtime/spin.js';
 import { benchArgs, fmt, machine } from './lib.js';
 
@@ -10,6 +12,7 @@ import { benchArgs, fmt, machine } from './lib.js';
 // every core with threads spinning while a run lasts (spin.ts `run`), each batch
 // size timed in turns on the three in one process.
 // Usage: node dist/bench/step-threads.js --model DIR/model_q4.onnx [--batches 1,2,4,8,16] [--reps 8]
+// [--int8-products]: the graph as the prefill session runs it (runtime/prefill-graph.ts)
 
 const args = benchArgs();
 const file = args.get('model');
@@ -19,14 +22,18 @@ const REPS = Number(args.get('reps') ?? 8);
 const PROMPT_TOKENS = 20;
 const DECODE_STEPS = 64;
 
+const graph = args.has('int8-products') ? prefillGraph(fs.readFileSync(file)) : undefined;
+if (args.has('int8-products') && !graph) throw new Error(`${file} has no block-quantized products to rewrite`);
+
 async function open(threads: number, spin: ThreadSpin): Promise<ort.InferenceSession> {
-  return ort.InferenceSession.create(file!, {
+  const opts: ort.InferenceSession.SessionOptions = {
     graphOptimizationLevel: 'all',
     intraOpNumThreads: threads,
     interOpNumThreads: 1,
     // the spinning session as the daemon loads it
     extra: { session: spin === 'run' ? spinningSessionConfig() : spinSessionConfig(spin) },
-  });
+  };
+  return graph ? ort.InferenceSession.create(graph, opts) : ort.InferenceSession.create(file!, opts);
 }
 
 /** One pass: a 20-token prompt for each of B rows, then 64 decode steps; answers the prompt step's and each decode step's ms. */
@@ -57,7 +64,7 @@ async function main() {
   const cores = os.availableParallelism();
   const sessions = { one: await open(1, 'off'), sleeping: await open(cores, 'off'), spinning: await open(cores, 'run') };
   const kinds = Object.keys(sessions) as (keyof typeof sessions)[];
-  console.log(`machine: ${machine()}\nmodel: ${file}\nmedian ms: one ${PROMPT_TOKENS}-token prompt per row, and a decode step, over ${REPS} passes of ${DECODE_STEPS} steps (the first pass of each not counted); ${cores} threads sleeping between operators, or spinning while a run lasts`);
+  console.log(`machine: ${machine()}\nmodel: ${file}${graph ? ', its products as int8 ones (the prefill session)' : ''}\nmedian ms: one ${PROMPT_TOKENS}-token prompt per row, and a decode step, over ${REPS} passes of ${DECODE_STEPS} steps (the first pass of each not counted); ${cores} threads sleeping between operators, or spinning while a run lasts`);
   console.log(`| batch | prompt step: 1 thread / ${cores} sleeping / ${cores} spinning | decode step: 1 thread / ${cores} sleeping / ${cores} spinning | fastest decode |`);
   console.log('| --- | --- | --- | --- |');
   for (const B of batches) {
