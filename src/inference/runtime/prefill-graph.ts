@@ -1,4 +1,5 @@
 import onnxProto from 'onnx-proto';
+import { fp16BitsToFp32 } from '../convert/quantize.js';
 
 // The graph of a model with block-quantized weights (MatMulNBits, 4 or 8 bits) for long steps
 // (the "prefill" session of session-choice.ts): every such product rewritten as an integer matrix
@@ -53,15 +54,6 @@ function setAttr(node: Node, name: string, value: number): void {
   else attrs.push({ name, type: onnx.AttributeProto.AttributeType.INT, i: value });
 }
 
-function halfToFloat(h: number): number {
-  const s = h & 0x8000 ? -1 : 1;
-  const e = (h >> 10) & 0x1f;
-  const f = h & 0x3ff;
-  if (e === 0) return s * 2 ** -14 * (f / 1024);
-  if (e === 31) return f ? NaN : s * Infinity;
-  return s * 2 ** (e - 15) * (1 + f / 1024);
-}
-
 /** A uint8 initializer's bytes (onnx keeps them in raw_data, or one per int32_data entry). */
 function uint8Data(t: Tensor): Uint8Array | undefined {
   if (t.dataType !== DT.UINT8) return undefined;
@@ -77,8 +69,8 @@ function floatData(t: Tensor): Float32Array | undefined {
     return t.floatData?.length ? Float32Array.from(t.floatData) : undefined;
   }
   if (t.dataType === DT.FLOAT16) {
-    if (raw?.length) return Float32Array.from(new Uint16Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.byteLength)), halfToFloat);
-    return t.int32Data?.length ? Float32Array.from(t.int32Data, halfToFloat) : undefined;
+    if (raw?.length) return Float32Array.from(new Uint16Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.byteLength)), fp16BitsToFp32);
+    return t.int32Data?.length ? Float32Array.from(t.int32Data, fp16BitsToFp32) : undefined;
   }
   return undefined;
 }
