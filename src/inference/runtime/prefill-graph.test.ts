@@ -170,6 +170,36 @@ describe('prefillGraph', () => {
     expect(worstDiff(yInt8, y)).toBeLessThan(0.03 * largest(y));
   });
 
+  it('reads an operand whose last two axes a Transpose swaps, through an Unsqueeze, as FusedMatMul transB: the same answers, rows copied whole', async () => {
+    const gb = new GraphBuilder();
+    linear(gb, gb.input('x', 'float32', ['m', K]), 'w', W, K, N, { format: 'int4' }, 'y');
+    const unsqueezed = (t: string, perm: number[]) => gb.op1('Unsqueeze', [gb.op1('Transpose', [t], { perm }), gb.i64([1])]);
+    // the branch graph's own keys and values: [B, KV, T, hd] -> [KV, 1, B, hd, T] and [KV, 1, B, T, hd]
+    gb.op1('MatMul', [gb.input('q', 'float32', [3, 2, 2, 6, 5]), unsqueezed(gb.input('k', 'float32', [2, 3, 4, 5]), [1, 0, 3, 2])], {}, 'scores');
+    gb.op1('MatMul', [gb.input('p', 'float32', [3, 2, 2, 6, 4]), unsqueezed(gb.input('v', 'float32', [2, 3, 4, 5]), [1, 0, 2, 3])], {}, 'context');
+    gb.output('y', 'float32', ['m', N]);
+    gb.output('scores', 'float32', [3, 2, 2, 6, 4]);
+    gb.output('context', 'float32', [3, 2, 2, 6, 5]);
+    const g = gb.encode({ graphName: 't', opset: 17, producer: 'test' }).model;
+    const rewritten = prefillGraph(g)!;
+    const decoded = onnxProto.onnx.ModelProto.decode(rewritten).graph!.node!;
+    const fused = decoded.filter((n) => n.opType === 'FusedMatMul');
+    expect(fused.map((n) => [n.output![0], attrOf(n, 'transB')])).toEqual([['scores', 1]]); // the values' Transpose keeps its rows already
+    expect(decoded.filter((n) => n.opType === 'Transpose').map((n) => n.attribute![0]!.ints!.map(Number))).toEqual([[1, 0, 2, 3], [1, 0, 2, 3]]);
+    const feeds = (shape: number[], seed: number) => new ort.Tensor('float32', uniform(shape.reduce((a, b) => a * b), seed, 1), shape);
+    const inputs = { x: new ort.Tensor('float32', A, [M, K]), q: feeds([3, 2, 2, 6, 5], 5), k: feeds([2, 3, 4, 5], 6), p: feeds([3, 2, 2, 6, 4], 7), v: feeds([2, 3, 4, 5], 8) };
+    const outs = async (b: Uint8Array) => {
+      const sess = await ort.InferenceSession.create(b, { graphOptimizationLevel: 'all', intraOpNumThreads: 1 });
+      try {
+        return await sess.run(inputs);
+      } finally {
+        await sess.release();
+      }
+    };
+    const [before, after] = [await outs(g), await outs(rewritten)];
+    for (const o of ['scores', 'context']) expect(worstDiff(after[o]!.data as Float32Array, before[o]!.data as Float32Array), o).toBeLessThan(1e-5);
+  });
+
   it('leaves graphs without block-quantized products alone', () => {
     expect(prefillGraph(graph('f32'))).toBeUndefined();
     expect(prefillGraph(prefillGraph(graph('int4'))!)).toBeUndefined();
