@@ -84,6 +84,23 @@ describe('SessionChoice', () => {
     expect(pair.narrow).toBeGreaterThan(95);
   });
 
+  it('after the warm-up measured a long size twice on each session, runs its first live steps on the fastest', async () => {
+    const LONG: SessionKind[] = ['wide', 'spinning', 'prefill'];
+    const costMs: Record<SessionKind, number> = { narrow: 0, wide: 60, spinning: 58, prefill: 25 };
+    const warmed = new SessionChoice();
+    await warmed.measure(512, LONG, 2, (k) => new Promise((r) => setTimeout(r, costMs[k])));
+    const first = Array.from({ length: 3 }, () => {
+      const k = warmed.pick(512, LONG);
+      warmed.record(512, LONG, k, costMs[k]);
+      return k;
+    });
+    expect(first).toEqual(['prefill', 'prefill', 'prefill']);
+    // one pass only allocates: the slower sessions are still measured on live steps
+    const once = new SessionChoice();
+    await once.measure(512, LONG, 1, (k) => new Promise((r) => setTimeout(r, costMs[k])));
+    expect(once.pick(512, LONG)).toBe('wide');
+  });
+
   it('runs long steps on the prefill session where it is faster, and not where it is slower', () => {
     // m25 int4, a 512-token prompt, as measured when the prefill session multiplied in float32: faster on an Intel machine, twice as slow on an AMD one.
     const LONG: SessionKind[] = ['wide', 'spinning', 'prefill'];

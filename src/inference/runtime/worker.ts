@@ -729,7 +729,8 @@ const WARM_UP_PROMPT_TOKENS = 16;
  * for each session's first runs, the slot cache's buffers and, with several sessions, the session
  * choice's measuring. Only a model with several sessions gains enough to be worth its start time:
  * a slot-cache one warms its decoding (tens of milliseconds), one with a prefill session its long
- * steps (warmUpLong: ~1.4 s more at load for m25 int4); its pass counts start from zero after it.
+ * steps (warmUpLong: ~1.4 s more at load for m25 int4, ~1.9 s since it also measures them); its
+ * pass counts start from zero after it.
  */
 async function warmUp(positionsMax: number): Promise<void> {
   if (!w.choice || w.arch.vocab < 1) return;
@@ -771,12 +772,14 @@ async function warmUpDecoding(positionsMax: number): Promise<void> {
  * 195-225, and those runs were the session choice's measurements (with it: 251, 286, 215).
  */
 const WARM_UP_LONG_PROMPT_TOKENS = 512;
+/** Runs of it a session: the first allocates, the second is the session choice's measure of its size (SessionChoice.measure). */
+const WARM_UP_LONG_PASSES = 2;
 
 async function warmUpLong(positionsMax: number): Promise<void> {
   const len = Math.min(WARM_UP_LONG_PROMPT_TOKENS, positionsMax);
   const rows = [{ seq: WARM_UP_SEQ, tokens: Array.from({ length: len }, (_, i) => i % w.arch.vocab) }];
   const feeds = w.slots ? slotStepFeeds(w.slots, rows).feeds : stepInputs(rows, [w.store.open(WARM_UP_SEQ, len)], 0, w.arch.hasPositionIds).feeds;
-  for (const k of sessionsFor(len, 1, w.loaded)) await w.byKind[k]!.run(feeds);
+  await w.choice!.measure(len, sessionsFor(len, 1, w.loaded), WARM_UP_LONG_PASSES, (k) => w.byKind[k]!.run(feeds));
 }
 
 // Model work runs one piece at a time, in arrival order; interrupts and
