@@ -84,20 +84,25 @@ describe('SessionChoice', () => {
     expect(pair.narrow).toBeGreaterThan(95);
   });
 
-  it('after the warm-up measured a long size twice on each session, runs its first live steps on the fastest', async () => {
+  it('after the warm-up measured a long size until it chose, runs its first live steps on the fastest', async () => {
     const LONG: SessionKind[] = ['wide', 'spinning', 'prefill'];
     const costMs: Record<SessionKind, number> = { narrow: 0, wide: 60, spinning: 58, prefill: 25 };
     const warmed = new SessionChoice();
-    await warmed.measure(512, LONG, 2, (k) => new Promise((r) => setTimeout(r, costMs[k])));
+    const warmRuns = { narrow: 0, wide: 0, spinning: 0, prefill: 0 };
+    await warmed.measure(512, LONG, 12, (k) => new Promise((r) => setTimeout(r, (warmRuns[k]++, costMs[k]))));
+    // each session's first run allocates (not counted), one counted run drops the slower two, two more decide
+    expect(warmRuns).toEqual({ narrow: 0, wide: 2, spinning: 2, prefill: 4 });
+    expect(warmed.chosen(512, LONG)).toBe('prefill');
     const first = Array.from({ length: 3 }, () => {
       const k = warmed.pick(512, LONG);
       warmed.record(512, LONG, k, costMs[k]);
       return k;
     });
     expect(first).toEqual(['prefill', 'prefill', 'prefill']);
-    // one pass only allocates: the slower sessions are still measured on live steps
+    // three runs only allocate: the slower sessions are still measured on live steps
     const once = new SessionChoice();
-    await once.measure(512, LONG, 1, (k) => new Promise((r) => setTimeout(r, costMs[k])));
+    await once.measure(512, LONG, 3, (k) => new Promise((r) => setTimeout(r, costMs[k])));
+    expect(once.chosen(512, LONG)).toBeUndefined();
     expect(once.pick(512, LONG)).toBe('wide');
   });
 

@@ -299,22 +299,14 @@ export class SessionChoice {
   }
 
   /**
-   * Runs a step of `tokens` tokens on each allowed session `passes` times in turns and counts every
-   * run: the worker's warm-up at load. At a long size each session's first run allocates and is not
-   * counted, its second is: two passes leave only a session within LONG_SLOWER_RATIO of the
-   * fastest to be measured on live steps, so a long request right after start runs on the fastest
-   * one instead of being one of the slower sessions' measurements (a q4 evaluation's first state
-   * step of m25 took ~170 ms there against ~60 on the int8 products; bench/README.md "Long steps
-   * in integers").
+   * Runs steps of `tokens` tokens as live steps would run (`run`) until the size's session is
+   * chosen or `runsMax` have run: the worker's warm-up at load, so that the first requests after
+   * start run on the fastest session instead of being the slower sessions' measurements (a q4
+   * evaluation's first state steps of m25 took ~170 ms there against ~60 on the int8 products;
+   * bench/README.md "Long steps in integers").
    */
-  async measure(tokens: number, kinds: readonly SessionKind[], passes: number, on: (kind: SessionKind) => Promise<unknown>): Promise<void> {
-    for (let p = 0; p < passes; p++) {
-      for (const k of kinds) {
-        const t0 = performance.now();
-        await on(k);
-        if (kinds.length > 1) this.record(tokens, kinds, k, performance.now() - t0);
-      }
-    }
+  async measure(tokens: number, kinds: readonly SessionKind[], runsMax: number, on: (kind: SessionKind) => Promise<unknown>): Promise<void> {
+    for (let i = 0; i < runsMax && this.chosen(tokens, kinds) === undefined; i++) await this.run(tokens, kinds, on);
   }
 
   /** The session steps of this size run on now with these sessions allowed (tests, logs): undefined while still measuring. */

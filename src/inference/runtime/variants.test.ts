@@ -115,7 +115,7 @@ describe.skipIf(!stories)('stories260K as f32, int8 and int4 in one folder', () 
     }
   }, 60_000);
 
-  it('q4 evaluations run their state and their branches on prefill sessions too, with answers within the sums\' rounding', async () => {
+  it('q4 evaluations run their branches on the prefill branch session too (the state\'s size is measured at load), with answers within the int8 rounding', async () => {
     const passes = async () =>
       (await registries.inference.getSingleMetric('cloudgate_engine_forward_passes_total')!.get()).values.filter((v) => v.labels.model_name === 's/evaluation' && v.labels.threads === 'all_prefill').reduce((n, v) => n + v.value, 0);
     const converted = await withEngine({ ...base, modelsDir: dir, dtype: 'q4', prefillSession: false }, (e) => evaluationProbabilities(e, 's/evaluation'));
@@ -125,8 +125,9 @@ describe.skipIf(!stories)('stories260K as f32, int8 and int4 in one folder', () 
       for (let i = 0; i < 8; i++) out.push(await evaluationProbabilities(e, 's/evaluation'));
       return out;
     });
-    // the state's step and the 64 branches' step are measured in bursts of 3 on each session: both ran on the prefill ones
-    expect((await passes()) - before).toBeGreaterThanOrEqual(6);
+    // the 64 branches' step is measured in bursts of 3 on each session, so at least 3 ran on the prefill
+    // branch session (the state's size was measured at load, by the warm-up, and runs on the faster one)
+    expect((await passes()) - before).toBeGreaterThanOrEqual(3);
     const changes = runs.map((r) => largestChange(r, converted));
     // measured: 0 where both steps ran as converted, 0.025-0.037 where one ran on int8 products
     expect(Math.max(...changes)).toBeGreaterThan(0);

@@ -721,7 +721,13 @@ function free(seqs: number[]): void {
 /** Decode steps of the warm-up: enough for the session choice's measuring bursts of every session at batch 1 (3 sessions x 2 bursts of 3). */
 const WARM_UP_DECODE_STEPS = 24;
 /** The warm-up's prompt, in tokens: a short chat prompt's size (the benchmarks' is 20). */
-const WARM_UP_PROMPT_TOKENS = 16;
+const WARM_UP_PROMPT_TOKENS = 20;
+/**
+ * Runs of it at most while the session choice measures its size (SessionChoice.measure): bursts
+ * of 3 a session, the first of each not counted, until each has 4 counted (24 for four sessions;
+ * m25 int4: ~0.2 s more at load).
+ */
+const WARM_UP_PROMPT_RUNS_MAX = 32;
 /**
  * Runs a throwaway sequence through the model before it is reported ready, as llama.cpp's server
  * and vLLM do at start: a fresh daemon's first request took 30-34 ms to its first token and ran
@@ -729,8 +735,8 @@ const WARM_UP_PROMPT_TOKENS = 16;
  * for each session's first runs, the slot cache's buffers and, with several sessions, the session
  * choice's measuring. Only a model with several sessions gains enough to be worth its start time:
  * a slot-cache one warms its decoding (tens of milliseconds), one with a prefill session its long
- * steps (warmUpLong: ~1.4 s more at load for m25 int4, ~1.9 s since it also measures them); its
- * pass counts start from zero after it.
+ * steps (warmUpLong: ~1.4 s more at load for m25 int4, ~2.2 s since the warm-up also measures the
+ * sessions for a short prompt and a long one); its pass counts start from zero after it.
  */
 async function warmUp(positionsMax: number): Promise<void> {
   if (!w.choice || w.arch.vocab < 1) return;
@@ -758,7 +764,10 @@ async function warmUpDecoding(positionsMax: number): Promise<void> {
   const tokens = Array.from({ length: promptLen }, (_, i) => i % w.arch.vocab);
   // The prompt's shape once on every session it may run on: onnxruntime plans its memory per shape and session.
   const { feeds } = slotStepFeeds(w.slots!, [{ seq, tokens }]);
-  for (const k of sessionsFor(promptLen, 1, w.loaded)) await w.byKind[k]!.run(feeds);
+  const kinds = sessionsFor(promptLen, 1, w.loaded);
+  for (const k of kinds) await w.byKind[k]!.run(feeds);
+  // ... and measured on them until its session is chosen, as the first requests' prompts would be.
+  await w.choice!.measure(promptLen, kinds, WARM_UP_PROMPT_RUNS_MAX, (k) => w.byKind[k]!.run(feeds));
   await slotStep([{ seq, tokens }]);
   for (let i = 0; i < steps; i++) await slotStep([{ seq, tokens: [i % tokens.length] }]);
   free([seq]);
@@ -772,14 +781,18 @@ async function warmUpDecoding(positionsMax: number): Promise<void> {
  * 195-225, and those runs were the session choice's measurements (with it: 251, 286, 215).
  */
 const WARM_UP_LONG_PROMPT_TOKENS = 512;
-/** Runs of it a session: the first allocates, the second is the session choice's measure of its size (SessionChoice.measure). */
-const WARM_UP_LONG_PASSES = 2;
+/**
+ * Runs of it at most, until the session choice has chosen its size's session (SessionChoice.measure):
+ * each session's first allocates, and the fastest needs 3 counted runs, 8 for three sessions
+ * where the others are slower by 1.25x (m25 int4: ~0.5 s more at load).
+ */
+const WARM_UP_LONG_RUNS_MAX = 12;
 
 async function warmUpLong(positionsMax: number): Promise<void> {
   const len = Math.min(WARM_UP_LONG_PROMPT_TOKENS, positionsMax);
   const rows = [{ seq: WARM_UP_SEQ, tokens: Array.from({ length: len }, (_, i) => i % w.arch.vocab) }];
   const feeds = w.slots ? slotStepFeeds(w.slots, rows).feeds : stepInputs(rows, [w.store.open(WARM_UP_SEQ, len)], 0, w.arch.hasPositionIds).feeds;
-  await w.choice!.measure(len, sessionsFor(len, 1, w.loaded), WARM_UP_LONG_PASSES, (k) => w.byKind[k]!.run(feeds));
+  await w.choice!.measure(len, sessionsFor(len, 1, w.loaded), WARM_UP_LONG_RUNS_MAX, (k) => w.byKind[k]!.run(feeds));
 }
 
 // Model work runs one piece at a time, in arrival order; interrupts and
