@@ -21,12 +21,29 @@ export function softmaxNoDenormals(gb: GraphBuilder, scores: string): string {
   return gb.op1('Softmax', [gb.op1('Max', [scores, floor])], { axis: -1 });
 }
 
+/**
+ * The past layouts' projections: `rotated` [B, S, slots, KV, hd] holds q's g slots and k's,
+ * and v's too unless `v` [B, S, KV, hd] comes on its own (the kernel RoPE's graph projects v
+ * apart, so no Split and Concat move it around the rotation of q and k).
+ */
+export interface Heads {
+  rotated: string;
+  v?: string;
+}
+
+/** v as [B, KV, S, hd], from its own projection or from `heads` (slots on `slotAxis`), then transposed by `perm`. */
+function valuesOf(gb: GraphBuilder, h: Heads, heads: string, slot: number, slotAxis: number, perm: number[]): string {
+  if (h.v) return gb.op1('Transpose', [h.v], { perm: [0, 2, 1, 3] });
+  const v = gb.op1('Gather', [heads, gb.i64(slot)], { axis: slotAxis });
+  return perm.every((p, i) => p === i) ? v : gb.op1('Transpose', [v], { perm });
+}
+
 /** Attention of every row over its own cache; returns the context as [B, S, g, KV, hd]. */
-export function attention(gb: GraphBuilder, rotated: string, pastK: string, pastV: string, l: number, c: { g: number; bias: string }): string {
-  const heads = gb.op1('Transpose', [rotated], { perm: [2, 0, 3, 1, 4] }); // [slots, B, KV, S, hd]
+export function attention(gb: GraphBuilder, h: Heads, pastK: string, pastV: string, l: number, c: { g: number; bias: string }): string {
+  const heads = gb.op1('Transpose', [h.rotated], { perm: [2, 0, 3, 1, 4] }); // [slots, B, KV, S, hd]
   const q = gb.op1('Slice', [heads, gb.i64([0]), gb.i64([c.g]), gb.i64([0])]); // [g, B, KV, S, hd]
   const k = gb.op1('Gather', [heads, gb.i64(c.g)], { axis: 0 }); // [B, KV, S, hd]
-  const v = gb.op1('Gather', [heads, gb.i64(c.g + 1)], { axis: 0 });
+  const v = valuesOf(gb, h, heads, c.g + 1, 0, [0, 1, 2, 3]);
   const presentK = gb.op1('Concat', [pastK, k], { axis: 2 }, `present.${l}.key`);
   const presentV = gb.op1('Concat', [pastV, v], { axis: 2 }, `present.${l}.value`);
   const kT = gb.op1('Transpose', [presentK], { perm: [0, 1, 3, 2] }); // [B, KV, hd, T]
@@ -90,7 +107,7 @@ export function packingOf(gb: GraphBuilder, attnMask: string, past: string, tota
  */
 export function sharedPrefixAttention(
   gb: GraphBuilder,
-  rotated: string,
+  h: Heads,
   pastK: string,
   pastV: string,
   prefix: { k: string; v: string; len: string },
@@ -98,10 +115,10 @@ export function sharedPrefixAttention(
   l: number,
   c: { g: number; hd: number; bias: string; lastOnly: boolean },
 ): string {
-  const heads = gb.op1('Transpose', [rotated], { perm: [3, 2, 0, 1, 4] }); // [KV, slots, B, S, hd]
+  const heads = gb.op1('Transpose', [h.rotated], { perm: [3, 2, 0, 1, 4] }); // [KV, slots, B, S, hd]
   const perKv = { perm: [1, 0, 2, 3] }; // [KV, B, S, hd] <-> [B, KV, S, hd]
   const k = gb.op1('Transpose', [gb.op1('Gather', [heads, gb.i64(c.g)], { axis: 1 })], perKv);
-  const v = gb.op1('Transpose', [gb.op1('Gather', [heads, gb.i64(c.g + 1)], { axis: 1 })], perKv);
+  const v = valuesOf(gb, h, heads, c.g + 1, 1, perKv.perm);
   const presentK = gb.op1('Concat', [pastK, k], { axis: 2 }, `present.${l}.key`); // [B, KV, T, hd]
   const presentV = gb.op1('Concat', [pastV, v], { axis: 2 }, `present.${l}.value`);
   const last = (x: string, axis: number) => gb.op1('Slice', [x, gb.i64([-1]), gb.i64([2 ** 62]), gb.i64([axis])]);

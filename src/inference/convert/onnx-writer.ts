@@ -42,7 +42,7 @@
 // - cos/sin tables and the additive mask are computed once per run and
 //   shared by all layers.
 import { GraphBuilder } from './onnx-graph.js';
-import { attention, packingOf, sharedPrefixAttention, slotCacheAttention } from './onnx-attention.js';
+import { attention, packingOf, sharedPrefixAttention, slotCacheAttention, type Heads } from './onnx-attention.js';
 import { linear, type LinearOptions, type WeightFormat } from './onnx-linear.js';
 import { headSize, kvDim, validateConfig, type LlamaCheckpoint, type LlamaConfig } from './llama2c.js';
 
@@ -62,9 +62,10 @@ export interface OnnxWriteOptions {
    *   projection is about twice as wide), best for tiny models;
    * - 'matmul': a [head_size, head_size] signed permutation MatMul at run time
    *   (two more nodes per layer, far fewer FLOPs), best for larger models.
-   * - 'kernel' (default): onnxruntime's RotaryEmbedding on the q and k columns
-   *   (a Split and a Concat around it, v untouched): one kernel where 'matmul'
-   *   ran five nodes over all three, broadcast Muls among them. 'matmul' was
+   * - 'kernel' (default): onnxruntime's RotaryEmbedding on q and k, projected
+   *   apart from v (cloudgate-convert/7; before, one projection, split around the
+   *   rotation and concatenated after): one kernel where 'matmul' ran five nodes
+   *   over all three, broadcast Muls among them. 'matmul' was
    *   measured as fast as 'folded' on stories260K and ~30% faster per decode
    *   step on a 30M model; with 'kernel' the kernels of a 64-question branch
    *   step of m25 fp32 took 156 ms where they took 218 (bench/README.md "RoPE
@@ -294,8 +295,9 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
   };
 
   const shapeHeads = slotCache ? '' : ropeMode === 'folded' ? gb.i64([0, 0, 2, slots, KV, hd]) : gb.i64([0, 0, slots, KV, hd]);
-  // The kernel's rotation: q and k heads ([B, S, (g + 1) * KV * hd], each head's dims together), v as it is.
-  const qkvSplit = !slotCache && ropeMode === 'kernel' ? gb.i64([(g + 1) * KV * hd, KV * hd]) : '';
+  // The kernel's rotation: q and k heads ([B, S, (g + 1) * KV * hd], each head's dims together), v projected apart.
+  const shapeQkHeads = !slotCache && ropeMode === 'kernel' ? gb.i64([0, 0, g + 1, KV, hd]) : '';
+  const shapeVHeads = !slotCache && ropeMode === 'kernel' ? gb.i64([0, 0, KV, hd]) : '';
   const shapeBSD = gb.i64([0, 0, -1]);
 
   for (let l = 0; l < L; l++) {
@@ -355,21 +357,27 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     gb.init(`layers.${l}.ffn_norm.weight`, [D], w.rmsFfn.slice(l * D, (l + 1) * D));
 
     // ---- attention ----
-    const proj = linear(gb, xn, `layers.${l}.attn.qkv.weight`, wqkv, D, W, lin); // [B, S, halves*C]
+    // The past layouts' kernel RoPE projects q and k apart from v: the rotation reads q and k only,
+    // and v goes to the attention as it comes, with no Split and Concat around the rotation.
+    const qkColumns = (g + 1) * KV * hd;
+    const vApart = !slotCache && ropeMode === 'kernel';
+    const proj = vApart
+      ? linear(gb, xn, `layers.${l}.attn.qk.weight`, columns(wqkv, D, W, 0, qkColumns), D, qkColumns, lin) // [B, S, (g + 1) * KV * hd]
+      : linear(gb, xn, `layers.${l}.attn.qkv.weight`, wqkv, D, W, lin); // [B, S, halves*C]
     // The past layouts rotate q and k here (RoPE as above); the slot-cache graph in its attention block.
-    const rotate = (): string => {
-      if (ropeMode === 'kernel') {
-        const [qk, v] = gb.op('Split', [proj, qkvSplit], { axis: -1 }, 2) as [string, string];
-        const qkRotated = gb.msOp1('RotaryEmbedding', [qk, positionIds, 'rope_cos_half', 'rope_sin_half'], { interleaved: 1 });
-        return gb.op1('Reshape', [gb.op1('Concat', [qkRotated, v], { axis: -1 }), shapeHeads]); // [B, S, slots, KV, hd]
+    const rotate = (): Heads => {
+      if (vApart) {
+        const v = linear(gb, xn, `layers.${l}.attn.v.weight`, columns(wqkv, D, W, qkColumns, W), D, W - qkColumns, lin);
+        const qkRotated = gb.msOp1('RotaryEmbedding', [proj, positionIds, 'rope_cos_half', 'rope_sin_half'], { interleaved: 1 });
+        return { rotated: gb.op1('Reshape', [qkRotated, shapeQkHeads]), v: gb.op1('Reshape', [v, shapeVHeads]) }; // [B, S, g + 1, KV, hd], [B, S, KV, hd]
       }
       const projHeads = gb.op1('Reshape', [proj, shapeHeads]); // [B, S, (2,) slots, KV, hd]
       if (ropeMode === 'folded') {
         // [B, S, 2, slots, KV, hd] * [B, S, 2, slots, 1, hd], summed over the (cos, sin) axis
-        return gb.op1('ReduceSum', [gb.op1('Mul', [projHeads, ropeRows]), gb.i64([2])], { keepdims: 0 });
+        return { rotated: gb.op1('ReduceSum', [gb.op1('Mul', [projHeads, ropeRows]), gb.i64([2])], { keepdims: 0 }) };
       }
       const swapped = gb.op1('MatMul', [projHeads, 'rope_rotate']);
-      return gb.op1('Add', [gb.op1('Mul', [projHeads, cosRows]), gb.op1('Mul', [swapped, sinRows])]); // [B, S, slots, KV, hd]
+      return { rotated: gb.op1('Add', [gb.op1('Mul', [projHeads, cosRows]), gb.op1('Mul', [swapped, sinRows])]) }; // [B, S, slots, KV, hd]
     };
     let ctxT: string;
     if (slotCache) {
@@ -451,6 +459,13 @@ function attentionBias(gb: GraphBuilder, inputIds: string, attnMask: string): st
   const mask4 = gb.op1('Unsqueeze', [gb.op1('Cast', [attnMask], { to: 9 /* BOOL */ }), gb.i64([1, 2])]); // [B, 1, 1, T]
   const visible = gb.op1('And', [causal, mask4]); // [B, 1, S, T]
   return gb.op1('Where', [visible, gb.f32(0), gb.f32(MASK_VALUE)], {}, 'attention_bias');
+}
+
+/** Columns [from, to) of a [rows, cols] row-major matrix, as a [rows, to - from] one. */
+function columns(m: Float32Array, rows: number, cols: number, from: number, to: number): Float32Array {
+  const out = new Float32Array(rows * (to - from));
+  for (let r = 0; r < rows; r++) out.set(m.subarray(r * cols + from, r * cols + to), r * (to - from));
+  return out;
 }
 
 /** [rows, cols] row-major -> [cols, rows] */
