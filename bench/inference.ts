@@ -67,13 +67,15 @@ async function rawLoop(modelFile: string, dtype: ModelDtype, B: number, prompt: 
   // The daemon's worker's sessions (runtime/session-choice.ts), chosen the same way; the loop's B rows are its sequences.
   const allow = { narrow: cfg.ORT_NARROW_SESSION, spinning: cfg.ORT_SPINNING_SESSION, prefill: cfg.ORT_PREFILL_SESSION, spin: cfg.ORT_INTRA_OP_SPIN };
   // A GPU provider's model has no extra CPU sessions in the daemon (engine.ts), nor here.
-  const loaded = provider === 'cpu' ? extraSessionsFor(modelFile, threads, dtype, allow) : { narrow: false, spinning: false, prefill: false };
+  const loaded = provider === 'cpu' ? extraSessionsFor(modelFile, threads, dtype, allow) : { narrow: false, spinning: false, prefill: false, prefillSpinning: false };
   const narrow = loaded.narrow ? await ort.InferenceSession.create(modelFile, options(1)) : undefined;
   const spinning = loaded.spinning ? await ort.InferenceSession.create(modelFile, { ...options(threads), extra: { session: spinningSessionConfig() } }) : undefined;
   const prefillBytes = loaded.prefill ? prefillGraph(fs.readFileSync(modelFile)) : undefined;
   const prefill = prefillBytes ? await ort.InferenceSession.create(prefillBytes, options(threads)) : undefined;
+  const prefillSpinning = prefillBytes && loaded.prefillSpinning ? await ort.InferenceSession.create(prefillBytes, { ...options(threads), extra: { session: spinningSessionConfig() } }) : undefined;
   loaded.prefill = !!prefill;
-  const sessions = { wide: sess, narrow, spinning, prefill };
+  loaded.prefillSpinning = !!prefillSpinning;
+  const sessions = { wide: sess, narrow, spinning, prefill, prefillSpinning };
   const choice = new SessionChoice();
   const runOn = async (feeds: Record<string, ort.Tensor>, tokens: number) =>
     (await choice.run(tokens, sessionsFor(tokens, B, loaded), (k) => sessions[k]!.run(feeds))).out;
@@ -85,6 +87,7 @@ async function rawLoop(modelFile: string, dtype: ModelDtype, B: number, prompt: 
     await narrow?.release();
     await spinning?.release();
     await prefill?.release();
+    await prefillSpinning?.release();
   }
 }
 

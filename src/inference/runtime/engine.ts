@@ -87,12 +87,15 @@ export function threadsFor(modelFile: string): number {
  * one whose threads spin while a step runs (which only differs from the every-core one when that
  * one's sleep), and, for a variant of block-quantized weights (`dtype`), its graph with those
  * products as int8 ones for steps of several rows, on any number of threads (the worker leaves
- * it out where the graph has no such products).
+ * it out where the graph has no such products), and where it has both, that graph on spinning
+ * threads too, for short steps while few sequences run.
  */
 export function extraSessionsFor(modelFile: string, threads: number, dtype: ModelDtype, allow: { narrow: boolean; spinning: boolean; prefill: boolean; spin: ThreadSpin }): LoadedSessions {
   const small = modelBytes(modelFile) <= EXTRA_SESSIONS_MODEL_BYTES_MAX;
   const fits = threads > 1 && small;
-  return { narrow: fits && allow.narrow, spinning: fits && allow.spinning && allow.spin === 'off', prefill: small && allow.prefill && BLOCK_QUANTIZED_DTYPES.has(dtype) };
+  const spinning = fits && allow.spinning && allow.spin === 'off';
+  const prefill = small && allow.prefill && BLOCK_QUANTIZED_DTYPES.has(dtype);
+  return { narrow: fits && allow.narrow, spinning, prefill, prefillSpinning: spinning && prefill };
 }
 
 /** The weight variant a folder serves: the daemon-wide choice where the folder has it, else its cloudgate.json's. */

@@ -76,7 +76,7 @@ export const engineMetrics = {
       tpotPerToken.observe(m, s);
     },
   },
-  passes: { inc: (l: ModelLabels & { threads: 'all' | 'one' | 'all_spinning' | 'all_prefill' }, v: number) => passes.inc({ model_name: l.model, threads: l.threads }, v) },
+  passes: { inc: (l: ModelLabels & { threads: 'all' | 'one' | 'all_spinning' | 'all_prefill' | 'all_prefill_spinning' }, v: number) => passes.inc({ model_name: l.model, threads: l.threads }, v) },
   batchSize: { observe: (l: ModelLabels & { phase: string }, v: number) => batchSize.observe({ model_name: l.model, phase: l.phase }, v) },
   kvBytes: { set: (l: ModelLabels, v: number) => kvBytes.set(L(l), v) },
   kvUsage: {

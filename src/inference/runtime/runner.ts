@@ -196,6 +196,7 @@ export class Runner {
     M.passes.inc({ model: this.modelId, threads: 'one' }, p.narrow - this.passesSeen.narrow);
     M.passes.inc({ model: this.modelId, threads: 'all_spinning' }, p.spinning - this.passesSeen.spinning);
     M.passes.inc({ model: this.modelId, threads: 'all_prefill' }, p.prefill - this.passesSeen.prefill);
+    M.passes.inc({ model: this.modelId, threads: 'all_prefill_spinning' }, p.prefillSpinning - this.passesSeen.prefillSpinning);
     this.passesSeen = { ...p };
   }
 

@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { NARROW_STEP_TOKENS_MAX, PREFILL_STEP_TOKENS_MIN, SessionChoice, SPINNING_SEQUENCES_MAX, sessionsFor, type SessionKind } from './session-choice.js';
+import { NARROW_STEP_TOKENS_MAX, PREFILL_SPINNING_STEP_TOKENS_MAX, PREFILL_STEP_TOKENS_MIN, SessionChoice, SPINNING_SEQUENCES_MAX, sessionsFor, type SessionKind } from './session-choice.js';
 
 const PAIR: SessionKind[] = ['wide', 'narrow'];
 const ALL: SessionKind[] = ['wide', 'narrow', 'spinning'];
 
 /** Runs `steps` steps of `tokens` tokens on the allowed `kinds`, each taking what `cost` says for its session; counts where they ran. */
 function drive(c: SessionChoice, tokens: number, steps: number, cost: (k: SessionKind) => number, kinds: SessionKind[] = PAIR): Record<SessionKind, number> {
-  const ran = { narrow: 0, wide: 0, spinning: 0, prefill: 0 };
+  const ran = { narrow: 0, wide: 0, spinning: 0, prefill: 0, prefillSpinning: 0 };
   for (let i = 0; i < steps; i++) {
     const k = c.pick(tokens, kinds);
     expect(kinds).toContain(k);
@@ -17,7 +17,7 @@ function drive(c: SessionChoice, tokens: number, steps: number, cost: (k: Sessio
 }
 
 describe('sessionsFor', () => {
-  const loaded = { narrow: true, spinning: true, prefill: false };
+  const loaded = { narrow: true, spinning: true, prefill: false, prefillSpinning: false };
   it('offers one thread only to steps of at most NARROW_STEP_TOKENS_MAX tokens', () => {
     expect(sessionsFor(NARROW_STEP_TOKENS_MAX, 1, loaded)).toEqual(ALL);
     expect(sessionsFor(NARROW_STEP_TOKENS_MAX + 1, 1, loaded)).toEqual(['wide', 'spinning']);
@@ -28,17 +28,25 @@ describe('sessionsFor', () => {
     expect(sessionsFor(512, 16, loaded)).toEqual(['wide']);
   });
   it('offers only the sessions the model loaded', () => {
-    expect(sessionsFor(1, 1, { narrow: false, spinning: false, prefill: false })).toEqual(['wide']);
-    expect(sessionsFor(1, 1, { narrow: false, spinning: true, prefill: false })).toEqual(['wide', 'spinning']);
-    expect(sessionsFor(512, 1, { narrow: false, spinning: false, prefill: true })).toEqual(['wide', 'prefill']);
+    expect(sessionsFor(1, 1, { narrow: false, spinning: false, prefill: false, prefillSpinning: false })).toEqual(['wide']);
+    expect(sessionsFor(1, 1, { narrow: false, spinning: true, prefill: false, prefillSpinning: false })).toEqual(['wide', 'spinning']);
+    expect(sessionsFor(512, 1, { narrow: false, spinning: false, prefill: true, prefillSpinning: false })).toEqual(['wide', 'prefill']);
   });
   it('offers the prefill session only to steps of at least PREFILL_STEP_TOKENS_MIN tokens: several rows, never a decode step of one', () => {
-    const all = { narrow: true, spinning: true, prefill: true };
+    const all = { narrow: true, spinning: true, prefill: true, prefillSpinning: false };
     expect(PREFILL_STEP_TOKENS_MIN).toBeGreaterThan(1);
     expect(sessionsFor(PREFILL_STEP_TOKENS_MIN - 1, 1, all)).not.toContain('prefill');
     expect(sessionsFor(PREFILL_STEP_TOKENS_MIN, 1, all)).toEqual([...ALL, 'prefill']);
     expect(sessionsFor(NARROW_STEP_TOKENS_MAX + 1, 1, all)).toEqual(['wide', 'spinning', 'prefill']);
     expect(sessionsFor(16, 16, all)).toEqual(['wide', 'narrow', 'prefill']); // a decode step of 16 rows
+  });
+  it('offers the prefill graph on spinning threads only to short steps of several rows while few sequences run', () => {
+    const all = { narrow: true, spinning: true, prefill: true, prefillSpinning: true };
+    expect(sessionsFor(20, 1, all)).toEqual(['wide', 'narrow', 'spinning', 'prefill', 'prefillSpinning']); // a chat prompt
+    expect(sessionsFor(PREFILL_STEP_TOKENS_MIN - 1, 1, all)).not.toContain('prefillSpinning');
+    expect(sessionsFor(PREFILL_SPINNING_STEP_TOKENS_MAX, SPINNING_SEQUENCES_MAX, all)).toContain('prefillSpinning');
+    expect(sessionsFor(PREFILL_SPINNING_STEP_TOKENS_MAX + 1, 1, all)).toEqual(['wide', 'spinning', 'prefill']); // long: sleeping threads
+    expect(sessionsFor(16, SPINNING_SEQUENCES_MAX + 1, all)).toEqual(['wide', 'narrow', 'prefill']); // many streams never spin
     expect(sessionsFor(16 * 20, 16, all)).toEqual(['wide', 'prefill']); // 16 prompts of 20 tokens in one step
     expect(sessionsFor(1, 1, all)).toEqual(ALL);
   });
@@ -62,7 +70,7 @@ describe('SessionChoice', () => {
   it('with one session allowed runs every step there and measures nothing', () => {
     const c = new SessionChoice();
     const ran = drive(c, NARROW_STEP_TOKENS_MAX + 1, 100, () => 9, ['wide']);
-    expect(ran).toEqual({ narrow: 0, wide: 100, spinning: 0, prefill: 0 });
+    expect(ran).toEqual({ narrow: 0, wide: 100, spinning: 0, prefill: 0, prefillSpinning: 0 });
     expect(c.chosen(512, ['wide'])).toBe('wide');
   });
 
@@ -86,12 +94,12 @@ describe('SessionChoice', () => {
 
   it('after the warm-up measured a long size until it chose, runs its first live steps on the fastest', async () => {
     const LONG: SessionKind[] = ['wide', 'spinning', 'prefill'];
-    const costMs: Record<SessionKind, number> = { narrow: 0, wide: 60, spinning: 58, prefill: 25 };
+    const costMs: Record<SessionKind, number> = { narrow: 0, wide: 60, spinning: 58, prefill: 25, prefillSpinning: 0 };
     const warmed = new SessionChoice();
-    const warmRuns = { narrow: 0, wide: 0, spinning: 0, prefill: 0 };
+    const warmRuns = { narrow: 0, wide: 0, spinning: 0, prefill: 0, prefillSpinning: 0 };
     await warmed.measure(512, LONG, 12, (k) => new Promise((r) => setTimeout(r, (warmRuns[k]++, costMs[k]))));
     // each session's first run allocates (not counted), one counted run drops the slower two, two more decide
-    expect(warmRuns).toEqual({ narrow: 0, wide: 2, spinning: 2, prefill: 4 });
+    expect(warmRuns).toEqual({ narrow: 0, wide: 2, spinning: 2, prefill: 4, prefillSpinning: 0 });
     expect(warmed.chosen(512, LONG)).toBe('prefill');
     const first = Array.from({ length: 3 }, () => {
       const k = warmed.pick(512, LONG);

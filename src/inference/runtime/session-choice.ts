@@ -8,10 +8,11 @@
 // core while the step runs, so the HTTP thread waits for one. A model of block-quantized
 // weights (int8, q4) may also have a session for steps of several rows ("prefill",
 // prefill-graph.ts: its products as int8 ones, whose kernel is the faster one from a few rows
-// on). Where the crossings lie
+// on), and while few sequences run, the same on spinning threads for short steps
+// ("prefillSpinning": a chat prompt's). Where the crossings lie
 // depends on the model and the machine, so they are measured as the steps run.
 
-export type SessionKind = 'narrow' | 'wide' | 'spinning' | 'prefill';
+export type SessionKind = 'narrow' | 'wide' | 'spinning' | 'prefill' | 'prefillSpinning';
 
 /**
  * Steps of more tokens than this never run on one thread: one thread pays off only for the
@@ -37,6 +38,15 @@ export const SPINNING_SEQUENCES_MAX = 4;
  * rows, 2.74 against 2.82 at 4, 1.53 against 2.13 at 1 (bench/README.md "Long steps in integers").
  */
 export const PREFILL_STEP_TOKENS_MIN = 8;
+/**
+ * Steps of more tokens than this never run on the prefill session's spinning twin: a short
+ * prompt's step is a few hundred operators, each of which wakes sleeping threads (a 20-token
+ * prompt of m25 int4 on the int8 products: 6.6 ms on two sleeping threads, 4.3-5.3 on two
+ * spinning, one Intel machine with AMX), where a long prompt's operators are long enough that the
+ * wake-ups are a small part of them; and each session keeps an arena sized to the longest step it
+ * ran, which for a spinning twin of every long step would be one more copy of a long prompt's.
+ */
+export const PREFILL_SPINNING_STEP_TOKENS_MAX = 32;
 /**
  * Steps of at least this many tokens may count as long (LONG_RUN_MS): a prompt's, not a decode
  * step's, whose retries must stay frequent (below).
@@ -115,11 +125,12 @@ export interface LoadedSessions {
   narrow: boolean;
   spinning: boolean;
   prefill: boolean;
+  prefillSpinning: boolean;
 }
 
 /** Each kind's bit in a set of allowed sessions: a set is a small number, the key of its state below. */
-const KIND_BIT: Record<SessionKind, number> = { wide: 1, narrow: 2, spinning: 4, prefill: 8 };
-const EXTRA_KINDS = ['narrow', 'spinning', 'prefill'] as const;
+const KIND_BIT: Record<SessionKind, number> = { wide: 1, narrow: 2, spinning: 4, prefill: 8, prefillSpinning: 16 };
+const EXTRA_KINDS = ['narrow', 'spinning', 'prefill', 'prefillSpinning'] as const;
 const setOf = (kinds: readonly SessionKind[]): number => kinds.reduce((m, k) => m | KIND_BIT[k], 0);
 /** Every allowed set, one array each (the wide session first): a step asks for one and allocates nothing. */
 const SETS = new Map<number, readonly SessionKind[]>();
@@ -134,6 +145,7 @@ export function sessionsFor(tokens: number, sequences: number, loaded: LoadedSes
   if (loaded.narrow && tokens <= NARROW_STEP_TOKENS_MAX) set |= KIND_BIT.narrow;
   if (loaded.spinning && sequences <= SPINNING_SEQUENCES_MAX) set |= KIND_BIT.spinning;
   if (loaded.prefill && tokens >= PREFILL_STEP_TOKENS_MIN) set |= KIND_BIT.prefill;
+  if (loaded.prefillSpinning && sequences <= SPINNING_SEQUENCES_MAX && tokens >= PREFILL_STEP_TOKENS_MIN && tokens <= PREFILL_SPINNING_STEP_TOKENS_MAX) set |= KIND_BIT.prefillSpinning;
   return SETS.get(set)!;
 }
 
@@ -160,7 +172,7 @@ interface Bucket {
   long: boolean;
 }
 
-const ratioKey = (set: number, kind: SessionKind): number => set * 16 + KIND_BIT[kind];
+const ratioKey = (set: number, kind: SessionKind): number => set * 32 + KIND_BIT[kind];
 
 function fastestMs(e: Estimate): number {
   return Math.min(...e.recent);
@@ -195,7 +207,7 @@ export class SessionChoice {
     let b = this.buckets.get(key);
     if (!b) {
       const none = (): Estimate => ({ runs: 0, recent: [] });
-      b = { est: { narrow: none(), wide: none(), spinning: none(), prefill: none() }, current: new Map(), sinceRetry: new Map(), lastRetried: new Map(), ratios: new Map(), burst: undefined, long: false };
+      b = { est: { narrow: none(), wide: none(), spinning: none(), prefill: none(), prefillSpinning: none() }, current: new Map(), sinceRetry: new Map(), lastRetried: new Map(), ratios: new Map(), burst: undefined, long: false };
       this.buckets.set(key, b);
     }
     return b;

@@ -40,28 +40,31 @@ describe('extraSessionsFor', () => {
   it('gives a model on several threads a one-thread and a spinning session too, unless its weights are over 256 MiB', () =>
     withModelDir((file, size) => {
       size(file, 18 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, 'fp32', allow)).toEqual({ narrow: true, spinning: true, prefill: false });
-      expect(extraSessionsFor(file, 1, 'fp32', allow)).toEqual({ narrow: false, spinning: false, prefill: false }); // one thread already
+      expect(extraSessionsFor(file, 2, 'fp32', allow)).toEqual({ narrow: true, spinning: true, prefill: false, prefillSpinning: false });
+      expect(extraSessionsFor(file, 1, 'fp32', allow)).toEqual({ narrow: false, spinning: false, prefill: false, prefillSpinning: false }); // one thread already
       size(`${file}.data`, 300 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, 'fp32', allow)).toEqual({ narrow: false, spinning: false, prefill: false });
+      expect(extraSessionsFor(file, 2, 'fp32', allow)).toEqual({ narrow: false, spinning: false, prefill: false, prefillSpinning: false });
     }));
   it('gives a block-quantized variant (int8, q4) a prefill session on any number of threads, unless its weights are over 256 MiB', () =>
     withModelDir((file, size) => {
       size(file, 18 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, 'q4', allow)).toEqual({ narrow: true, spinning: true, prefill: true });
-      expect(extraSessionsFor(file, 1, 'q4f16', allow)).toEqual({ narrow: false, spinning: false, prefill: true });
+      expect(extraSessionsFor(file, 2, 'q4', allow)).toEqual({ narrow: true, spinning: true, prefill: true, prefillSpinning: true });
+      expect(extraSessionsFor(file, 1, 'q4f16', allow)).toEqual({ narrow: false, spinning: false, prefill: true, prefillSpinning: false });
       expect(extraSessionsFor(file, 1, 'int8', allow).prefill).toBe(true);
       expect(extraSessionsFor(file, 2, 'uint8', allow).prefill).toBe(false); // onnxruntime's own integer products already
       expect(extraSessionsFor(file, 1, 'q4', { ...allow, prefill: false }).prefill).toBe(false);
+      // the spinning twin of the prefill graph only where both the spinning and the prefill sessions load
+      expect(extraSessionsFor(file, 2, 'q4', { ...allow, spinning: false }).prefillSpinning).toBe(false);
+      expect(extraSessionsFor(file, 2, 'q4', { ...allow, prefill: false }).prefillSpinning).toBe(false);
       size(`${file}.data`, 300 * 2 ** 20);
       expect(extraSessionsFor(file, 2, 'q4', allow).prefill).toBe(false);
     }));
   it('loads each only where its setting allows, and no spinning one where the every-core session spins already', () =>
     withModelDir((file, size) => {
       size(file, 18 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, narrow: false })).toEqual({ narrow: false, spinning: true, prefill: false });
-      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spinning: false })).toEqual({ narrow: true, spinning: false, prefill: false });
-      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spin: 'run' })).toEqual({ narrow: true, spinning: false, prefill: false });
-      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spin: 'always' })).toEqual({ narrow: true, spinning: false, prefill: false });
+      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, narrow: false })).toEqual({ narrow: false, spinning: true, prefill: false, prefillSpinning: false });
+      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spinning: false })).toEqual({ narrow: true, spinning: false, prefill: false, prefillSpinning: false });
+      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spin: 'run' })).toEqual({ narrow: true, spinning: false, prefill: false, prefillSpinning: false });
+      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spin: 'always' })).toEqual({ narrow: true, spinning: false, prefill: false, prefillSpinning: false });
     }));
 });

@@ -31,7 +31,8 @@ interface WorkerState {
    * The sessions by kind (session-choice.ts), set once at init: `wide` is `session`; `narrow` the
    * same graph on one intra-op thread, for steps of a few tokens; `spinning` the same graph on
    * every core with threads spinning while a run lasts, for steps while few sequences run;
-   * `prefill` the graph with its block-quantized products as int8 ones, for steps of several rows (prefill-graph.ts).
+   * `prefill` the graph with its block-quantized products as int8 ones, for steps of several rows (prefill-graph.ts);
+   * `prefillSpinning` that graph on spinning threads, for short steps while few sequences run.
    */
   byKind: Record<SessionKind, ort.InferenceSession | undefined>;
   /** Which of the extra sessions loaded; with any, `choice` picks a step's session. */
@@ -155,6 +156,13 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     const graph = prefillGraph(fs.readFileSync(file));
     return graph ? ort.InferenceSession.create(graph, prefillOptions) : undefined;
   };
+  // The model's prefill graph, made once for its two sessions (the second spins while a step runs).
+  let modelPrefill: Uint8Array | undefined;
+  const modelPrefillSession = async (spinning: boolean) => {
+    modelPrefill ??= prefillGraph(fs.readFileSync(msg.modelPath));
+    if (!modelPrefill) return undefined;
+    return ort.InferenceSession.create(modelPrefill, spinning ? { ...prefillOptions, extra: { session: spinningSessionConfig() } } : prefillOptions);
+  };
   // The extra sessions are CPU sessions: a model on a GPU provider runs every step on it.
   const onCpu = provider === 'cpu';
   w.byKind = {
@@ -162,9 +170,11 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     // Threads are per session: one thread here, every core in `session`.
     narrow: onCpu && msg.narrowSession ? await extra('one-thread session', `every step runs on ${msg.intraOpThreads} threads`, () => ort.InferenceSession.create(msg.modelPath, { ...cpu, intraOpNumThreads: 1 })) : undefined,
     spinning: onCpu && msg.spinningSession ? await extra('spinning session', 'steps run on sleeping threads', () => ort.InferenceSession.create(msg.modelPath, { ...cpu, extra: { session: spinningSessionConfig() } })) : undefined,
-    prefill: onCpu && msg.prefillSession ? await extra('prefill session', 'long steps multiply as short ones do', () => prefillSessionOf(msg.modelPath)) : undefined,
+    prefill: onCpu && msg.prefillSession ? await extra('prefill session', 'long steps multiply as short ones do', () => modelPrefillSession(false)) : undefined,
+    prefillSpinning:
+      onCpu && msg.prefillSession && msg.spinningSession ? await extra('spinning prefill session', 'short steps of several rows run on sleeping threads', () => modelPrefillSession(true)) : undefined,
   };
-  w.loaded = { narrow: !!w.byKind.narrow, spinning: !!w.byKind.spinning, prefill: !!w.byKind.prefill };
+  w.loaded = { narrow: !!w.byKind.narrow, spinning: !!w.byKind.spinning, prefill: !!w.byKind.prefill, prefillSpinning: !!w.byKind.prefillSpinning };
   if (w.loaded.narrow || w.loaded.spinning || w.loaded.prefill) w.choice = new SessionChoice();
   const meta = w.session.inputMetadata;
   const slotCache = meta.some((m) => m.name === 'cache_bias');
@@ -211,7 +221,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
 }
 
 /** The sessions a branch step may run on: its graph as converted, and with its products as int8 ones for many tokens. */
-const BRANCH_SESSIONS: LoadedSessions = { narrow: false, spinning: false, prefill: true };
+const BRANCH_SESSIONS: LoadedSessions = { narrow: false, spinning: false, prefill: true, prefillSpinning: false };
 
 /**
  * The batch of the last step stays in the session's own output tensors: when
