@@ -734,10 +734,10 @@ const WARM_UP_DECODE_STEPS = 24;
 const WARM_UP_PROMPT_TOKENS = 20;
 /**
  * Runs of it at most while the session choice measures its size (SessionChoice.measure): bursts
- * of 3 a session, the first of each not counted, until each has 4 counted (24 for four sessions;
+ * of 3 a session, the first of each not counted, until each has 4 counted (30 for five sessions;
  * m25 int4: ~0.2 s more at load).
  */
-const WARM_UP_PROMPT_RUNS_MAX = 32;
+const WARM_UP_PROMPT_RUNS_MAX = 40;
 /**
  * Runs a throwaway sequence through the model before it is reported ready, as llama.cpp's server
  * and vLLM do at start: a fresh daemon's first request took 30-34 ms to its first token and ran
