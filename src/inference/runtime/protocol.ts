@@ -23,7 +23,7 @@ export interface InitMsg {
   narrowSession: boolean;
   /** Also load a session on every core whose threads spin while a run lasts; steps while few sequences run may go there (session-choice.ts). */
   spinningSession: boolean;
-  /** Also load the graph with its 4-bit products widened to 8 bits (prefill-graph.ts), where it has any; long steps may go there (session-choice.ts). */
+  /** Also load the graph with its block-quantized products as int8 ones (prefill-graph.ts), where it has any, and with spinningSession that graph on spinning threads too; steps of several rows may go there (session-choice.ts). */
   prefillSession: boolean;
   /** Niceness of the worker and its ONNX threads (Linux; 0 leaves them at the process's). */
   nice: number;
