@@ -7,9 +7,9 @@ import { spinningSessionConfig, spinSessionConfig } from '../src/inference/runti
 import { benchArgs, fmt, machine } from './lib.js';
 
 // The prefill session (runtime/prefill-graph.ts) against the graph as converted: one prompt
-// step of --tokens tokens in --rows rows of a 4-bit chat graph, its MatMulNBits at 4 bits and
-// widened to 8, each on every core with threads sleeping between operators and spinning while
-// a run lasts, timed in turns in one process.
+// step of --tokens tokens in --rows rows of an int8 or q4 chat graph, its MatMulNBits as
+// converted and as int8 products (MatMulIntegerToFloat), each on every core with threads
+// sleeping between operators and spinning while a run lasts, timed in turns in one process.
 // Usage: node dist/bench/prefill-graph.js --model DIR/model_q4.onnx [--tokens 32,64,128,512] [--rows 1] [--reps 8]
 
 const args = benchArgs();
@@ -22,16 +22,16 @@ const REPS = Number(args.get('reps') ?? 8);
 async function main() {
   const cores = os.availableParallelism();
   const converted = fs.readFileSync(file!);
-  const wide = prefillGraph(converted);
-  if (!wide) throw new Error(`${file} has no 4-bit products: nothing to compare`);
+  const int8 = prefillGraph(converted);
+  if (!int8) throw new Error(`${file} has no block-quantized products: nothing to compare`);
   const open = (graph: Uint8Array, spin: boolean) =>
     ort.InferenceSession.create(graph, { graphOptimizationLevel: 'all', intraOpNumThreads: cores, interOpNumThreads: 1, extra: { session: spin ? spinningSessionConfig() : spinSessionConfig('off') } });
-  const sessions = { fourSleeping: await open(converted, false), fourSpinning: await open(converted, true), eightSleeping: await open(wide, false), eightSpinning: await open(wide, true) };
+  const sessions = { convertedSleeping: await open(converted, false), convertedSpinning: await open(converted, true), int8Sleeping: await open(int8, false), int8Spinning: await open(int8, true) };
   const kinds = Object.keys(sessions) as (keyof typeof sessions)[];
-  const meta = sessions.fourSleeping.inputMetadata.filter((m) => /^cache\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
+  const meta = sessions.convertedSleeping.inputMetadata.filter((m) => /^cache\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
   if (!meta.length) throw new Error(`${file} is not a slot-cache chat graph`);
   console.log(`machine: ${machine()}\nmodel: ${file}, ${ROWS} row(s), ${cores} threads; median ms of ${REPS} prompt steps each (one more first, not counted), in turns`);
-  console.log('| tokens a row | 4 bits, sleeping | 4 bits, spinning | widened to 8 bits, sleeping | 8 bits, spinning | 8 / 4 bits (best of each) |');
+  console.log('| tokens a row | as converted, sleeping | as converted, spinning | int8 products, sleeping | int8 products, spinning | int8 products / as converted (best of each) |');
   console.log('| --- | --- | --- | --- | --- | --- |');
   for (const T of sizes) {
     const ms = Object.fromEntries(kinds.map((k) => [k, [] as number[]])) as Record<(typeof kinds)[number], number[]>;

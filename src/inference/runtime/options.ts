@@ -43,3 +43,29 @@ export const defaultEngineOptions: EngineOptions = {
   pendingTokensMax: 256,
   decodeRunStepsMax: 16,
 };
+
+/**
+ * `items` in order, cut into groups that each fit one step of `tokensMax` token positions (rows
+ * x the longest row, prefillTokensPerStepMax): how prompts that join a decode run together share
+ * steps, in the scheduler (one message a group) and in the worker (one step a group of messages).
+ * An item alone over the budget still makes a group of its own.
+ */
+export function inStepBudget<T>(items: readonly T[], rowsOf: (t: T) => number, widthOf: (t: T) => number, tokensMax: number): T[][] {
+  const groups: T[][] = [];
+  let group: T[] = [];
+  let rows = 0;
+  let width = 0;
+  for (const t of items) {
+    if (group.length && (rows + rowsOf(t)) * Math.max(width, widthOf(t)) > tokensMax) {
+      groups.push(group);
+      group = [];
+      rows = 0;
+      width = 0;
+    }
+    group.push(t);
+    rows += rowsOf(t);
+    width = Math.max(width, widthOf(t));
+  }
+  if (group.length) groups.push(group);
+  return groups;
+}

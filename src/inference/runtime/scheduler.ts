@@ -1,7 +1,7 @@
 import { log } from '../../log.js';
 import { EngineFailed, EngineRefused, type BranchSpec, type EngineFailure, type GenerateEvent, type GenerateRequest, type TokenLogprob } from '../engine-api.js';
 import { engineMetrics as M, kvCacheUsage } from './metrics.js';
-import type { EngineOptions } from './options.js';
+import { inStepBudget, type EngineOptions } from './options.js';
 import { endsGeneration, type SamplerSpec } from './protocol.js';
 import { WorkerLost, type Runner } from './runner.js';
 import { CompletionRate } from './throughput.js';
@@ -180,19 +180,7 @@ export class Scheduler {
       s.joining = false; // cancelled in the same turn: never sent, reaped as any other
       return false;
     });
-    let group: Seq[] = [];
-    let width = 0;
-    for (const s of seqs) {
-      const w = Math.max(width, s.pending.length);
-      if (group.length && (group.length + 1) * w > this.opts.prefillTokensPerStepMax) {
-        this.sendJoin(group);
-        group = [];
-        width = 0;
-      }
-      group.push(s);
-      width = Math.max(width, s.pending.length);
-    }
-    if (group.length) this.sendJoin(group);
+    for (const group of inStepBudget(seqs, () => 1, (s) => s.pending.length, this.opts.prefillTokensPerStepMax)) this.sendJoin(group);
   }
 
   /** One join message: the prompts of `seqs`, answered (or failed) together. */

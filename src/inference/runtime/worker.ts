@@ -10,8 +10,10 @@ import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
 import { SessionChoice, sessionsFor, type LoadedSessions, type SessionKind } from './session-choice.js';
+import { inStepBudget } from './options.js';
 import { spinningSessionConfig, spinSessionConfig } from './spin.js';
 import { prefillGraph } from './prefill-graph.js';
+import { fp16BitsToFp32 } from '../convert/quantize.js';
 import { scheduleThisThreadIdle } from './thread-policy.js';
 import { sharedNow, TOKENS_POSTED_AT_ONCE, TokenPosts } from './token-posts.js';
 
@@ -85,15 +87,6 @@ const w = {
   passes: noPasses(),
 } as Partial<WorkerState> as WorkerState;
 
-function halfToFloat(h: number): number {
-  const s = h & 0x8000 ? -1 : 1;
-  const e = (h >> 10) & 0x1f;
-  const f = h & 0x3ff;
-  if (e === 0) return s * 2 ** -14 * (f / 1024);
-  if (e === 31) return f ? NaN : s * Infinity;
-  return s * 2 ** (e - 15) * (1 + f / 1024);
-}
-
 async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void> {
   w.tokenTexts = msg.tokenTexts ?? [];
   w.tokensPostIntervalMs = msg.tokensPostIntervalMs;
@@ -151,17 +144,13 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   // shape) held ~70 MiB more after 20 prompts of 512 tokens of m25 int4 than the arena alone, at
   // the same speed (bench/README.md "Long steps in float32").
   const prefillOptions = { ...cpu, enableMemPattern: false };
-  // undefined where the graph has no block-quantized products to change: nothing to load.
-  const prefillSessionOf = async (file: string) => {
-    const graph = prefillGraph(fs.readFileSync(file));
-    return graph ? ort.InferenceSession.create(graph, prefillOptions) : undefined;
-  };
-  // The model's prefill graph, made once for its two sessions (the second spins while a step runs).
-  let modelPrefill: Uint8Array | undefined;
-  const modelPrefillSession = async (spinning: boolean) => {
-    modelPrefill ??= prefillGraph(fs.readFileSync(msg.modelPath));
-    if (!modelPrefill) return undefined;
-    return ort.InferenceSession.create(modelPrefill, spinning ? { ...prefillOptions, extra: { session: spinningSessionConfig() } } : prefillOptions);
+  // A file's prefill graph, made once for its sessions; undefined where it has no block-quantized
+  // products to change: nothing to load.
+  const prefillGraphs = new Map<string, Uint8Array | undefined>();
+  const prefillSessionOf = async (file: string, spinning = false) => {
+    if (!prefillGraphs.has(file)) prefillGraphs.set(file, prefillGraph(fs.readFileSync(file)));
+    const graph = prefillGraphs.get(file);
+    return graph ? ort.InferenceSession.create(graph, spinning ? { ...prefillOptions, extra: { session: spinningSessionConfig() } } : prefillOptions) : undefined;
   };
   // The extra sessions are CPU sessions: a model on a GPU provider runs every step on it.
   const onCpu = provider === 'cpu';
@@ -170,12 +159,12 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     // Threads are per session: one thread here, every core in `session`.
     narrow: onCpu && msg.narrowSession ? await extra('one-thread session', `every step runs on ${msg.intraOpThreads} threads`, () => ort.InferenceSession.create(msg.modelPath, { ...cpu, intraOpNumThreads: 1 })) : undefined,
     spinning: onCpu && msg.spinningSession ? await extra('spinning session', 'steps run on sleeping threads', () => ort.InferenceSession.create(msg.modelPath, { ...cpu, extra: { session: spinningSessionConfig() } })) : undefined,
-    prefill: onCpu && msg.prefillSession ? await extra('prefill session', 'long steps multiply as short ones do', () => modelPrefillSession(false)) : undefined,
+    prefill: onCpu && msg.prefillSession ? await extra('prefill session', 'long steps multiply as short ones do', () => prefillSessionOf(msg.modelPath)) : undefined,
     prefillSpinning:
-      onCpu && msg.prefillSession && msg.spinningSession ? await extra('spinning prefill session', 'short steps of several rows run on sleeping threads', () => modelPrefillSession(true)) : undefined,
+      onCpu && msg.prefillSession && msg.spinningSession ? await extra('spinning prefill session', 'short steps of several rows run on sleeping threads', () => prefillSessionOf(msg.modelPath, true)) : undefined,
   };
   w.loaded = { narrow: !!w.byKind.narrow, spinning: !!w.byKind.spinning, prefill: !!w.byKind.prefill, prefillSpinning: !!w.byKind.prefillSpinning };
-  if (w.loaded.narrow || w.loaded.spinning || w.loaded.prefill) w.choice = new SessionChoice();
+  if (Object.values(w.loaded).some(Boolean)) w.choice = new SessionChoice();
   const meta = w.session.inputMetadata;
   const slotCache = meta.some((m) => m.name === 'cache_bias');
   const pastKeys = meta.filter((m) => (slotCache ? /^cache\.\d+\.key$/ : /^past_key_values\.\d+\.key$/).test(m.name));
@@ -338,7 +327,7 @@ function lastLogits(logits: ort.Tensor, B: number): Float32Array {
   const data = logits.data as Float32Array | Uint16Array;
   for (let b = 0; b < B; b++) {
     const from = (b * S + S - 1) * V;
-    if (w.arch.logitsType === 'float16') for (let i = 0; i < V; i++) last[b * V + i] = halfToFloat(data[from + i]!);
+    if (w.arch.logitsType === 'float16') for (let i = 0; i < V; i++) last[b * V + i] = fp16BitsToFp32(data[from + i]!);
     else last.set((data as Float32Array).subarray(from, from + V), b * V);
   }
   return last;
@@ -631,40 +620,35 @@ async function runJoin(j: Extract<WorkerCommand, { type: 'join' }>): Promise<num
  */
 async function runJoins(): Promise<number[]> {
   const started: number[] = [];
+  // Joins that arrive during these steps wait for the next turn of the outer loop.
   while (joins.length) {
-    const group = [joins.shift()!];
-    let width = Math.max(...group[0]!.rows.map((r) => r.tokens.length));
-    let rows = group[0]!.rows.length;
-    while (joins.length) {
-      const next = joins[0]!;
-      const w2 = Math.max(width, ...next.rows.map((r) => r.tokens.length));
-      if ((rows + next.rows.length) * w2 > w.joinedStepTokensMax) break;
-      group.push(joins.shift()!);
-      width = w2;
-      rows += next.rows.length;
-    }
-    if (group.length === 1) {
-      started.push(...(await runJoin(group[0]!)));
-      continue;
-    }
-    let out: Awaited<ReturnType<typeof promptStep>>;
-    try {
-      out = await promptStep(group.flatMap((j) => j.rows));
-    } catch {
-      for (const j of group) started.push(...(await runJoin(j)));
-      continue;
-    }
-    w.tokenPosts?.flush();
-    const V = out.logits.length / rows;
-    let b = 0;
-    for (const j of group) {
-      const n = j.rows.length;
-      postStep(j.id, out.logits.slice(b * V, (b + n) * V), out.tokens.slice(b, b + n), out.logprobs?.slice(b, b + n), b === 0 ? rows : 0);
-      started.push(...startedBy(j.rows));
-      b += n;
-    }
+    const groups = inStepBudget(joins.splice(0), (j) => j.rows.length, (j) => Math.max(...j.rows.map((r) => r.tokens.length)), w.joinedStepTokensMax);
+    for (const group of groups) started.push(...(await runJoinGroup(group)));
   }
   return started;
+}
+
+/** One step of joins that fit it together (runJoins); returns the generations started. */
+async function runJoinGroup(group: Array<Extract<WorkerCommand, { type: 'join' }>>): Promise<number[]> {
+  if (group.length === 1) return runJoin(group[0]!);
+  let out: Awaited<ReturnType<typeof promptStep>>;
+  try {
+    out = await promptStep(group.flatMap((j) => j.rows));
+  } catch {
+    const started: number[] = [];
+    for (const j of group) started.push(...(await runJoin(j)));
+    return started;
+  }
+  w.tokenPosts?.flush();
+  const rows = group.reduce((n, j) => n + j.rows.length, 0);
+  const V = out.logits.length / rows;
+  let b = 0;
+  for (const j of group) {
+    const n = j.rows.length;
+    postStep(j.id, out.logits.slice(b * V, (b + n) * V), out.tokens.slice(b, b + n), out.logprobs?.slice(b, b + n), b === 0 ? rows : 0);
+    b += n;
+  }
+  return group.flatMap((j) => startedBy(j.rows));
 }
 
 /** Decodes `seqs` until each has ended or been freed, the main thread interrupts, or `stepsMax` steps ran; posts each step's tokens. */
