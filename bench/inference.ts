@@ -8,6 +8,7 @@ import { extraSessionsFor, pickVariant, threadsFor } from '../src/inference/runt
 import { SessionChoice, sessionsFor } from '../src/inference/runtime/session-choice.js';
 import { spinningSessionConfig, spinSessionConfig } from '../src/inference/runtime/spin.js';
 import { prefillGraph } from '../src/inference/runtime/prefill-graph.js';
+import { weightTypeHere } from '../src/inference/runtime/integer-products.js';
 import { loadConfig } from '../src/config.js';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
 
@@ -70,7 +71,7 @@ async function rawLoop(modelFile: string, dtype: ModelDtype, B: number, prompt: 
   const loaded = provider === 'cpu' ? extraSessionsFor(modelFile, threads, dtype, allow) : { narrow: false, spinning: false, prefill: false, prefillSpinning: false };
   const narrow = loaded.narrow ? await ort.InferenceSession.create(modelFile, options(1)) : undefined;
   const spinning = loaded.spinning ? await ort.InferenceSession.create(modelFile, { ...options(threads), extra: { session: spinningSessionConfig() } }) : undefined;
-  const prefillBytes = loaded.prefill ? prefillGraph(fs.readFileSync(modelFile)) : undefined;
+  const prefillBytes = loaded.prefill ? prefillGraph(fs.readFileSync(modelFile), await weightTypeHere()) : undefined;
   const prefill = prefillBytes ? await ort.InferenceSession.create(prefillBytes, options(threads)) : undefined;
   const prefillSpinning = prefillBytes && loaded.prefillSpinning ? await ort.InferenceSession.create(prefillBytes, { ...options(threads), extra: { session: spinningSessionConfig() } }) : undefined;
   loaded.prefill = !!prefill;

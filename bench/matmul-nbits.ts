@@ -2,6 +2,7 @@ import ort from 'onnxruntime-node';
 import { GraphBuilder } from '../src/inference/convert/onnx-graph.js';
 import { linear, type WeightFormat } from '../src/inference/convert/onnx-linear.js';
 import { prefillGraph } from '../src/inference/runtime/prefill-graph.js';
+import { weightTypeHere } from '../src/inference/runtime/integer-products.js';
 import { benchArgs, fmt, machine } from './lib.js';
 
 // One weight matrix of the m25 / m110 shapes as each weight format writes it
@@ -28,7 +29,7 @@ async function session(format: WeightFormat, accuracyLevel?: number, block?: num
   linear(gb, x, 'w', w, K, N, { format, accuracyLevel, block }, 'y');
   gb.output('y', 'float32', ['m', N]);
   const { model } = gb.encode({ graphName: 'bench', opset: 17, producer: 'bench' });
-  return ort.InferenceSession.create(int8Products ? prefillGraph(model)! : model, { graphOptimizationLevel: 'all', intraOpNumThreads: THREADS, interOpNumThreads: 1 });
+  return ort.InferenceSession.create(int8Products ? prefillGraph(model, await weightTypeHere())! : model, { graphOptimizationLevel: 'all', intraOpNumThreads: THREADS, interOpNumThreads: 1 });
 }
 
 async function timeRuns(s: ort.InferenceSession, M: number): Promise<number> {

@@ -3,6 +3,7 @@ import os from 'node:os';
 import ort from 'onnxruntime-node';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
 import { prefillGraph } from '../src/inference/runtime/prefill-graph.js';
+import { weightTypeHere } from '../src/inference/runtime/integer-products.js';
 import { spinningSessionConfig, spinSessionConfig } from '../src/inference/runtime/spin.js';
 import { benchArgs, fmt, machine } from './lib.js';
 
@@ -22,7 +23,7 @@ const REPS = Number(args.get('reps') ?? 8);
 async function main() {
   const cores = os.availableParallelism();
   const converted = fs.readFileSync(file!);
-  const int8 = prefillGraph(converted);
+  const int8 = prefillGraph(converted, await weightTypeHere());
   if (!int8) throw new Error(`${file} has no block-quantized products: nothing to compare`);
   const open = (graph: Uint8Array, spin: boolean) =>
     ort.InferenceSession.create(graph, { graphOptimizationLevel: 'all', intraOpNumThreads: cores, interOpNumThreads: 1, extra: { session: spin ? spinningSessionConfig() : spinSessionConfig('off') } });

@@ -8,6 +8,7 @@ import { WEIGHT_FORMATS } from '../src/inference/convert/onnx-linear.js';
 import { evaluationProbabilities, greedyTokens, largestChange, leadingAgreement, GREEDY_TOKENS_COMPARED } from '../src/inference/convert/variant-quality.js';
 import { Engine } from '../src/inference/runtime/engine.js';
 import { prefillGraph } from '../src/inference/runtime/prefill-graph.js';
+import { weightTypeHere } from '../src/inference/runtime/integer-products.js';
 
 // Quality of each weight variant of stories260K against f32: how many of the
 // first 40 greedy tokens equal f32's (three prompts), and the largest change of
@@ -36,7 +37,7 @@ async function main() {
     for (const kind of ['chat', 'evaluation']) {
       fs.cpSync(path.join(dir, kind), path.join(int8Dir, kind), { recursive: true });
       for (const f of fs.readdirSync(path.join(int8Dir, kind)).filter((n) => n.endsWith('.onnx'))) {
-        const g = prefillGraph(fs.readFileSync(path.join(int8Dir, kind, f)));
+        const g = prefillGraph(fs.readFileSync(path.join(int8Dir, kind, f)), await weightTypeHere());
         if (g) fs.writeFileSync(path.join(int8Dir, kind, f), g);
       }
     }

@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
 import { prefillGraph } from '../src/inference/runtime/prefill-graph.js';
+import { weightTypeHere } from '../src/inference/runtime/integer-products.js';
 import { spinningSessionConfig, spinSessionConfig, type ThreadSpin } from '../src/inference/runtime/spin.js';
 import { benchArgs, fmt, machine } from './lib.js';
 
@@ -22,7 +23,7 @@ const REPS = Number(args.get('reps') ?? 8);
 const PROMPT_TOKENS = 20;
 const DECODE_STEPS = 64;
 
-const graph = args.has('int8-products') ? prefillGraph(fs.readFileSync(file)) : undefined;
+const graph = args.has('int8-products') ? prefillGraph(fs.readFileSync(file), await weightTypeHere()) : undefined;
 if (args.has('int8-products') && !graph) throw new Error(`${file} has no block-quantized products to rewrite`);
 
 async function open(threads: number, spin: ThreadSpin): Promise<ort.InferenceSession> {

@@ -3,12 +3,13 @@ import onnxProto from 'onnx-proto';
 import type { onnx as P } from 'onnx-proto';
 
 export const onnx = onnxProto.onnx;
-export type DType = 'float32' | 'float16' | 'uint8' | 'int64' | 'bool';
+export type DType = 'float32' | 'float16' | 'uint8' | 'int8' | 'int64' | 'bool';
 
 const DTYPE: Record<DType, number> = {
   float32: onnx.TensorProto.DataType.FLOAT,
   float16: onnx.TensorProto.DataType.FLOAT16,
   uint8: onnx.TensorProto.DataType.UINT8,
+  int8: onnx.TensorProto.DataType.INT8,
   int64: onnx.TensorProto.DataType.INT64,
   bool: onnx.TensorProto.DataType.BOOL,
 };
@@ -26,7 +27,7 @@ interface Initializer {
   bytes: Uint8Array;
 }
 
-type InitData = Float32Array | BigInt64Array | Uint8Array | Uint16Array;
+type InitData = Float32Array | BigInt64Array | Uint8Array | Int8Array | Uint16Array;
 
 function bytesOf(data: InitData): Uint8Array {
   return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);

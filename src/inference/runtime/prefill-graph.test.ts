@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import * as ort from 'onnxruntime-node';
 import onnxProto from 'onnx-proto';
 import { GraphBuilder } from '../convert/onnx-graph.js';
@@ -9,6 +9,7 @@ import { linear, MATMUL_NBITS_ACCURACY_LEVEL, type WeightFormat } from '../conve
 import { fp16BitsToFp32, QUANT_BLOCK_ELEMENTS, quantizeMatrix } from '../convert/quantize.js';
 import { mulberry32 } from './sampler.js';
 import { prefillGraph } from './prefill-graph.js';
+import { extremeProductIsExact, weightTypeHere, type WeightType } from './integer-products.js';
 
 const K = 96; // three blocks of 32: an odd count, so 4-bit zero points pad each column to a byte
 const N = 40;
@@ -97,10 +98,46 @@ const worstDiff = (a: Float32Array, b: Float32Array) => a.reduce((w, x, i) => Ma
 const largest = (a: Float32Array) => a.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
 
 describe('prefillGraph', () => {
+  // This CPU's weight type (integer-products.ts), as the worker takes it.
+  let weightType: WeightType = 'int8';
+  beforeAll(async () => {
+    weightType = await weightTypeHere();
+  });
+  const rewrite = (bytes: Uint8Array) => prefillGraph(bytes, weightType);
+
+  /** A product whose every weight is its column's largest and whose rows are all +1 or all -1: every pair of byte products at its largest. */
+  const extreme = () => {
+    const gb = new GraphBuilder();
+    linear(gb, gb.input('x', 'float32', ['m', K]), 'w', new Float32Array(K * N).fill(0.1), K, N, { format: 'int8' }, 'y');
+    const x = Float32Array.from({ length: 2 * K }, (_, i) => (i < K ? 1 : -1));
+    return { bytes: encode(gb, ['y']), x };
+  };
+  const runRows = async (bytes: Uint8Array, x: Float32Array) => {
+    const s = await ort.InferenceSession.create(bytes, { intraOpNumThreads: 1 });
+    try {
+      return (await s.run({ x: new ort.Tensor('float32', x, [x.length / K, K]) })).y!.data as Float32Array;
+    } finally {
+      await s.release();
+    }
+  };
+
+  it("sums the largest activations and weights exactly with this CPU's weight type; int8 weights exactly only where the probe says so", async () => {
+    const { bytes, x } = extreme();
+    const y = await runRows(bytes, x);
+    const bound = 1e-3 * largest(y);
+    const off = async (type: WeightType) => worstDiff(await runRows(prefillGraph(bytes, type)!, x), y);
+    expect(await off(weightType)).toBeLessThan(bound);
+    // uint8 weights are exact on every CPU: the fallback's premise.
+    expect(await off('uint8')).toBeLessThan(bound);
+    expect(await extremeProductIsExact('uint8')).toBe(true);
+    // int8 weights where u8 x s8 saturates its pairs (x86 without VNNI): off by far more than the bound.
+    expect((await off('int8')) < bound).toBe(weightType === 'int8');
+  });
+
   it('rewrites 4- and 8-bit products as int8 ones whose answers are as near the exact product as the converted graph\'s', async () => {
     for (const format of ['int4', 'int8'] as const) {
       const g = graph(format);
-      const rewritten = prefillGraph(g)!;
+      const rewritten = rewrite(g)!;
       expect(nodes(rewritten)).toHaveLength(0);
       expect(nodes(rewritten, 'MatMulIntegerToFloat')).toHaveLength(1);
       const [y, yInt8, yExact] = [await run(g), await run(rewritten), await run(exact(format))];
@@ -114,31 +151,31 @@ describe('prefillGraph', () => {
   });
 
   it('rounds each row on its own: a row answers the same alone as among others', async () => {
-    const rewritten = prefillGraph(graph('int4'))!;
+    const rewritten = rewrite(graph('int4'))!;
     const [all, one] = [await run(rewritten), await run(rewritten, 'y', 1)];
     expect(Array.from(one)).toEqual(Array.from(all.subarray(0, N)));
   });
 
   it('applies uint8 zero points packed two a byte (a column of an odd block count padded) and float ones, and keeps one copy of a matrix two products read', async () => {
     const g = handWritten('uint8', 2);
-    const rewritten = prefillGraph(g)!;
+    const rewritten = rewrite(g)!;
     const ns = nodes(rewritten, 'MatMulIntegerToFloat');
     expect(ns).toHaveLength(2);
     expect(ns[0]!.input![1]).toBe(ns[1]!.input![1]);
     const model = onnxProto.onnx.ModelProto.decode(rewritten).graph!;
-    expect(model.initializer!.filter((t) => t.dataType === onnxProto.onnx.TensorProto.DataType.INT8)).toHaveLength(1);
+    expect(model.initializer!.filter((t) => t.name!.startsWith('cloudgate.int8.weights'))).toHaveLength(1);
     expect(model.initializer!.map((t) => t.name)).not.toContain('w.q'); // the 4-bit copy no node reads is dropped
     const bound = (y: Float32Array) => 0.02 * largest(y);
     for (const o of ['y0', 'y1']) expect(worstDiff(await run(rewritten, o), await run(g, o))).toBeLessThan(bound(await run(g, o)));
     const f = handWritten('float32');
-    expect(worstDiff(await run(prefillGraph(f)!, 'y0'), await run(f, 'y0'))).toBeLessThan(bound(await run(f, 'y0')));
+    expect(worstDiff(await run(rewrite(f)!, 'y0'), await run(f, 'y0'))).toBeLessThan(bound(await run(f, 'y0')));
     // zero points read wrong (none where there are some) move the answers far
-    expect(worstDiff(await run(prefillGraph(handWritten('none'))!, 'y0'), await run(g, 'y0'))).toBeGreaterThan(10 * bound(await run(g, 'y0')));
+    expect(worstDiff(await run(rewrite(handWritten('none'))!, 'y0'), await run(g, 'y0'))).toBeGreaterThan(10 * bound(await run(g, 'y0')));
   });
 
   it('multiplies in float32 a 4-bit product it cannot rewrite (weights that are no initializer)', async () => {
     const g = handWritten('uint8', 1, true);
-    const f = prefillGraph(g)!;
+    const f = rewrite(g)!;
     expect(nodes(f).map((n) => [attrOf(n, 'bits'), attrOf(n, 'accuracy_level')])).toEqual([[4, 0]]);
     expect(worstDiff(await run(f, 'y0'), await run(g, 'y0'))).toBeLessThan(0.05);
   });
@@ -146,7 +183,7 @@ describe('prefillGraph', () => {
   const q4f16 = path.resolve(process.env.SHARED_MODELS_DIR ?? path.join(path.dirname(fileURLToPath(import.meta.url)), '../../../../shared/models'), 'tiny-random-llama-hf/model_q4f16.onnx');
   it.skipIf(!fs.existsSync(q4f16))('rewrites a third-party q4f16 export (float16 activations and scales) between two casts, its logits near the export\'s', async () => {
     const bytes = fs.readFileSync(q4f16);
-    const rewritten = prefillGraph(bytes)!;
+    const rewritten = rewrite(bytes)!;
     expect(nodes(rewritten)).toHaveLength(0);
     expect(nodes(rewritten, 'MatMulIntegerToFloat').length).toBe(nodes(bytes).length);
     const logits = async (b: Uint8Array) => {
@@ -181,7 +218,7 @@ describe('prefillGraph', () => {
     gb.output('scores', 'float32', [3, 2, 2, 6, 4]);
     gb.output('context', 'float32', [3, 2, 2, 6, 5]);
     const g = gb.encode({ graphName: 't', opset: 17, producer: 'test' }).model;
-    const rewritten = prefillGraph(g)!;
+    const rewritten = rewrite(g)!;
     const decoded = onnxProto.onnx.ModelProto.decode(rewritten).graph!.node!;
     const fused = decoded.filter((n) => n.opType === 'FusedMatMul');
     expect(fused.map((n) => [n.output![0], attrOf(n, 'transB')])).toEqual([['scores', 1]]); // the values' Transpose keeps its rows already
@@ -201,8 +238,8 @@ describe('prefillGraph', () => {
   });
 
   it('leaves graphs without block-quantized products alone', () => {
-    expect(prefillGraph(graph('f32'))).toBeUndefined();
-    expect(prefillGraph(prefillGraph(graph('int4'))!)).toBeUndefined();
-    expect(prefillGraph(graph('int4', 0))).toBeDefined(); // float32 compute: rewritten all the same
+    expect(rewrite(graph('f32'))).toBeUndefined();
+    expect(rewrite(rewrite(graph('int4'))!)).toBeUndefined();
+    expect(rewrite(graph('int4', 0))).toBeDefined(); // float32 compute: rewritten all the same
   });
 });

@@ -1,5 +1,6 @@
 import onnxProto from 'onnx-proto';
 import { fp16BitsToFp32 } from '../convert/quantize.js';
+import { INT8_MAX, ZERO_POINT_UINT8, type WeightType } from './integer-products.js';
 
 // The graph of a model with block-quantized weights (MatMulNBits, 4 or 8 bits) for long steps
 // (the "prefill" session of session-choice.ts): every such product rewritten as an integer matrix
@@ -12,7 +13,8 @@ import { fp16BitsToFp32 } from '../convert/quantize.js';
 // float32, 553 here (bench/README.md "Long steps in integers").
 //
 // What it computes: the weights are MatMulNBits' own values (dequantized, the zero points
-// applied), rounded again to int8 per output column (a column's largest value is 127); the
+// applied), rounded again to int8 per output column (a column's largest value is 127; stored
+// as uint8 around 128 on a CPU whose u8 x s8 product saturates, integer-products.ts); the
 // activations are rounded to int8 per row (a row's largest magnitude is 127), where
 // MatMulNBits with `accuracy_level` 4 rounds them per block of 32. Both roundings are below
 // the 4-bit grid's: the answers differ from MatMulNBits' by about as much as MatMulNBits'
@@ -29,10 +31,6 @@ import { fp16BitsToFp32 } from '../convert/quantize.js';
 const { onnx } = onnxProto;
 const DT = onnx.TensorProto.DataType;
 
-/** The largest int8 magnitude either side is rounded to: symmetric, so no zero point to carry per row. */
-const INT8_MAX = 127;
-/** uint8 zero point of the activations: int8 values offset into uint8, onnxruntime's fast u8 x s8 product. */
-const ACTIVATION_ZERO_POINT = 128;
 /** A row of zeros keeps a finite reciprocal of its scale (its products are 0 either way). */
 const ROW_SCALE_FLOOR = 1e-30;
 /** `accuracy_level` that multiplies in float32 (onnxruntime's contrib op; 0 is also its default). */
@@ -145,9 +143,10 @@ const bytesOf = (a: ArrayBufferView): Uint8Array => new Uint8Array(a.buffer, a.b
 /**
  * The graph `bytes` with every MatMulNBits product it can rewrite as an int8 one (see above),
  * or undefined when it has none (nothing to gain) or keeps its weights in a side file (a graph
- * loaded from memory could not find it).
+ * loaded from memory could not find it). `weightType`: how the weights are stored, this CPU's
+ * `weightTypeHere()` (integer-products.ts).
  */
-export function prefillGraph(bytes: Uint8Array): Uint8Array | undefined {
+export function prefillGraph(bytes: Uint8Array, weightType: WeightType): Uint8Array | undefined {
   const model = onnx.ModelProto.decode(bytes);
   const graph = model.graph;
   if (!graph) return undefined;
@@ -162,7 +161,7 @@ export function prefillGraph(bytes: Uint8Array): Uint8Array | undefined {
     return full;
   };
   const f32 = (name: string, v: number) => constant(name, { dataType: DT.FLOAT, dims: [], rawData: bytesOf(Float32Array.of(v)) });
-  const zp = () => constant('zero_point', { dataType: DT.UINT8, dims: [], rawData: Uint8Array.of(ACTIVATION_ZERO_POINT) });
+  const zp = () => constant('zero_point', { dataType: DT.UINT8, dims: [], rawData: Uint8Array.of(ZERO_POINT_UINT8) });
   let fresh = 0;
   const out = (what: string) => `${PREFIX}.${what}.${fresh++}`;
   const nodes: Node[] = [];
@@ -207,7 +206,8 @@ export function prefillGraph(bytes: Uint8Array): Uint8Array | undefined {
       if (w) {
         const c = perColumnInt8(w, K, N);
         weights = { q: out('weights'), scale: out('column_scales') };
-        added.push({ name: weights.q, dataType: DT.INT8, dims: [K, N], rawData: bytesOf(c.q) });
+        const stored = weightType === 'int8' ? { dataType: DT.INT8, rawData: bytesOf(c.q) } : { dataType: DT.UINT8, rawData: Uint8Array.from(c.q, (v) => v + ZERO_POINT_UINT8) };
+        added.push({ name: weights.q, dims: [K, N], ...stored });
         added.push({ name: weights.scale, dataType: DT.FLOAT, dims: [N], rawData: bytesOf(c.scale) });
         weightsDone.set(key, weights);
       }
@@ -226,7 +226,8 @@ export function prefillGraph(bytes: Uint8Array): Uint8Array | undefined {
     const x = half ? op('Cast', [inputs[0]!], { to: DT.FLOAT }) : inputs[0]!;
     const a = roundRows(x);
     // x . w = (sum of q_x q_w) * (row scale / 127) * column scale, the 1/127 as the product's own A scale.
-    const product = op('MatMulIntegerToFloat', [a.q, weights.q, f32('inverse_int8_max', 1 / INT8_MAX), weights.scale, zp()], {}, 'com.microsoft');
+    const weightZeroPoint = weightType === 'uint8' ? [zp()] : [];
+    const product = op('MatMulIntegerToFloat', [a.q, weights.q, f32('inverse_int8_max', 1 / INT8_MAX), weights.scale, zp(), ...weightZeroPoint], {}, 'com.microsoft');
     const y = node.output![0]!;
     if (half) op('Cast', [op('Mul', [product, a.scale])], { to: DT.FLOAT16 }, undefined, y);
     else op('Mul', [product, a.scale], {}, undefined, y);

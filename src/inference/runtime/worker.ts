@@ -13,6 +13,7 @@ import { SessionChoice, sessionsFor, type LoadedSessions, type SessionKind } fro
 import { inStepBudget } from './options.js';
 import { spinningSessionConfig, spinSessionConfig } from './spin.js';
 import { prefillGraph } from './prefill-graph.js';
+import { weightTypeHere } from './integer-products.js';
 import { fp16BitsToFp32 } from '../convert/quantize.js';
 import { scheduleThisThreadIdle } from './thread-policy.js';
 import { sharedNow, TOKENS_POSTED_AT_ONCE, TokenPosts } from './token-posts.js';
@@ -148,7 +149,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   // products to change: nothing to load.
   const prefillGraphs = new Map<string, Uint8Array | undefined>();
   const prefillSessionOf = async (file: string, spinning = false) => {
-    if (!prefillGraphs.has(file)) prefillGraphs.set(file, prefillGraph(fs.readFileSync(file)));
+    if (!prefillGraphs.has(file)) prefillGraphs.set(file, prefillGraph(fs.readFileSync(file), await weightTypeHere()));
     const graph = prefillGraphs.get(file);
     return graph ? ort.InferenceSession.create(graph, spinning ? { ...prefillOptions, extra: { session: spinningSessionConfig() } } : prefillOptions) : undefined;
   };
