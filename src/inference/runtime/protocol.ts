@@ -10,6 +10,7 @@ import type { SessionKind } from './session-choice.js';
 import type { ThreadSpin } from './spin.js';
 import type { ModelThreadSched } from './thread-policy.js';
 import type { StepTokens } from './token-posts.js';
+import type { WeightType } from './integer-products.js';
 
 export interface InitMsg {
   type: 'init';
@@ -60,6 +61,8 @@ export interface Arch {
   /** Branches of one prefix run through the shared-prefix graph (the prefix is not copied per row). */
   sharedPrefix: boolean;
   provider: string;
+  /** How the prefill session's int8 products store their weights on this CPU (integer-products.ts); absent without that session. */
+  prefillWeights?: WeightType;
 }
 
 /**

@@ -186,6 +186,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     hasPositionIds: meta.some((m) => m.name === 'position_ids'),
     provider,
     sharedPrefix: false,
+    ...(w.byKind.prefill || w.byKind.prefillSpinning ? { prefillWeights: await weightTypeHere() } : {}),
   };
   w.store = new KvStore(w.arch);
   if (slotCache) {
