@@ -113,6 +113,12 @@ describe('SessionChoice', () => {
     await once.measure(512, LONG, 3, (k) => new Promise((r) => setTimeout(r, costMs[k])));
     expect(once.chosen(512, LONG)).toBeUndefined();
     expect(once.pick(512, LONG)).toBe('wide');
+    // ... and so does a warm-up out of time: the first runs of wide and spinning, and 250 ms had passed
+    const late = new SessionChoice();
+    const lateRuns = { narrow: 0, wide: 0, spinning: 0, prefill: 0, prefillSpinning: 0 };
+    await late.measure(512, LONG, 12, (k) => new Promise((r) => setTimeout(r, (lateRuns[k]++, costMs[k]))), 250);
+    expect(lateRuns).toEqual({ narrow: 0, wide: 1, spinning: 1, prefill: 0, prefillSpinning: 0 });
+    expect(late.chosen(512, LONG)).toBeUndefined();
   });
 
   it('runs long steps on the prefill session where it is faster, and not where it is slower', () => {

@@ -312,13 +312,14 @@ export class SessionChoice {
 
   /**
    * Runs steps of `tokens` tokens as live steps would run (`run`) until the size's session is
-   * chosen or `runsMax` have run: the worker's warm-up at load, so that the first requests after
+   * chosen, `runsMax` have run or `msMax` milliseconds have passed: the worker's warm-up at load, so that the first requests after
    * start run on the fastest session instead of being the slower sessions' measurements (a q4
    * evaluation's first state steps of m25 took ~170 ms there against ~60 on the int8 products;
    * bench/README.md "Long steps in integers").
    */
-  async measure(tokens: number, kinds: readonly SessionKind[], runsMax: number, on: (kind: SessionKind) => Promise<unknown>): Promise<void> {
-    for (let i = 0; i < runsMax && this.chosen(tokens, kinds) === undefined; i++) await this.run(tokens, kinds, on);
+  async measure(tokens: number, kinds: readonly SessionKind[], runsMax: number, on: (kind: SessionKind) => Promise<unknown>, msMax = Infinity): Promise<void> {
+    const until = performance.now() + msMax;
+    for (let i = 0; i < runsMax && performance.now() < until && this.chosen(tokens, kinds) === undefined; i++) await this.run(tokens, kinds, on);
   }
 
   /** The session steps of this size run on now with these sessions allowed (tests, logs): undefined while still measuring. */

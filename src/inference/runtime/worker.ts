@@ -783,12 +783,18 @@ const WARM_UP_LONG_PROMPT_TOKENS = 512;
  * where the others are slower by 1.25x (m25 int4: ~0.5 s more at load).
  */
 const WARM_UP_LONG_RUNS_MAX = 12;
+/**
+ * ... and milliseconds at most: a larger model's or a slower machine's long steps would hold its
+ * start for long (m110 int4 on a 2-core AVX2 machine: 12 runs of 0.5-1.3 s, 10.3 s). What is
+ * left unmeasured the first long requests measure, as before the warm-up measured them.
+ */
+const WARM_UP_LONG_MS_MAX = 4_000;
 
 async function warmUpLong(positionsMax: number): Promise<void> {
   const len = Math.min(WARM_UP_LONG_PROMPT_TOKENS, positionsMax);
   const rows = [{ seq: WARM_UP_SEQ, tokens: Array.from({ length: len }, (_, i) => i % w.arch.vocab) }];
   const feeds = w.slots ? slotStepFeeds(w.slots, rows).feeds : stepInputs(rows, [w.store.open(WARM_UP_SEQ, len)], 0, w.arch.hasPositionIds).feeds;
-  await w.choice!.measure(len, sessionsFor(len, 1, w.loaded), WARM_UP_LONG_RUNS_MAX, (k) => w.byKind[k]!.run(feeds));
+  await w.choice!.measure(len, sessionsFor(len, 1, w.loaded), WARM_UP_LONG_RUNS_MAX, (k) => w.byKind[k]!.run(feeds), WARM_UP_LONG_MS_MAX);
 }
 
 // Model work runs one piece at a time, in arrival order; interrupts and
@@ -809,12 +815,13 @@ function serial(msg: WorkerCommand & { id: number }, work: () => Promise<void>):
 
 // The worker's own memory, for the engine's metrics: a soak showed RSS growing and the main
 // thread's heap explains only part of it. Unref'd: it never keeps a closing worker alive.
+// Started once init has made the cache: a load longer than one period (m110 int4 with its extra
+// sessions on a busy 2-core machine) read a cache not yet made and crashed the worker.
 const WORKER_MEMORY_REPORT_MS = 10_000;
 function reportMemory(): void {
   const h = v8.getHeapStatistics();
   port.postMessage({ type: 'memory', heapUsedBytes: h.used_heap_size, externalBytes: h.external_memory, kvBytes: kvBytes() } satisfies WorkerEvent);
 }
-setInterval(reportMemory, WORKER_MEMORY_REPORT_MS).unref();
 
 /**
  * How long an empty slot cache keeps its buffers: a request arriving within it starts with no
@@ -834,6 +841,7 @@ port.on('message', async (msg: WorkerCommand) => {
     case 'init':
       try {
         await init(msg);
+        setInterval(reportMemory, WORKER_MEMORY_REPORT_MS).unref();
         await warmUp(msg.positionsMax);
         port.postMessage({ type: 'ready', arch: w.arch } satisfies WorkerEvent);
       } catch (e) {
