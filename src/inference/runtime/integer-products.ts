@@ -11,9 +11,11 @@ import { GraphBuilder, MS_DOMAIN } from '../convert/onnx-graph.js';
 // VNNI (`vpdpbusd`), AMX or on ARM the products add in int32 and nothing is lost.
 //
 // Where u8 x s8 saturates, the weights are stored as uint8 around a zero point of 128 instead:
-// MLAS's u8 x u8 product widens both to int16 and adds pairs in int32 (`vpmaddwd`), exact,
-// and on AVX2 as fast as u8 x s8 (one m25 matrix at 20 and 380 rows, same bench/README.md
-// section). Where u8 x s8 is exact it stays: it is the one VNNI and AMX speed up.
+// MLAS's u8 x u8 product widens both to int16 and adds pairs in int32 (`vpmaddwd`): exact, as
+// fast as u8 x s8 on m25's matrices and 15-28 % slower on m110's at a short prompt's rows (same
+// bench/README.md section), the price of right answers. Narrower operands that u8 x s8 sums
+// exactly (7-bit weights or activations) rounded too coarsely. Where u8 x s8 is exact it stays:
+// it is the one VNNI and AMX speed up.
 //
 // Which of the two holds is measured, not read from CPU flags: the kernel MLAS picks is what
 // decides, and a product of the extreme values shows it.
