@@ -150,6 +150,17 @@ describe('prefillGraph', () => {
     }
   });
 
+  it('stores the same weights as int8 or as uint8 around 128', () => {
+    const DT = onnxProto.onnx.TensorProto.DataType;
+    const weightsOf = (type: WeightType) => onnxProto.onnx.ModelProto.decode(prefillGraph(graph('int4'), type)!).graph!.initializer!.find((t) => t.name!.startsWith('cloudgate.int8.weights'))!;
+    const [i8, u8] = [weightsOf('int8'), weightsOf('uint8')];
+    expect([i8.dataType, u8.dataType]).toEqual([DT.INT8, DT.UINT8]);
+    const signed = Array.from(new Int8Array(i8.rawData!.buffer, i8.rawData!.byteOffset, i8.rawData!.byteLength));
+    expect(signed).toEqual(Array.from(u8.rawData!, (v) => v - 128));
+    expect(Math.max(...signed.map(Math.abs))).toBe(127); // each column's largest at 127
+    expect(new Set(signed).size).toBeGreaterThan(100);
+  });
+
   it('rounds each row on its own: a row answers the same alone as among others', async () => {
     const rewritten = rewrite(graph('int4'))!;
     const [all, one] = [await run(rewritten), await run(rewritten, 'y', 1)];
