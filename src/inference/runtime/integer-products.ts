@@ -29,21 +29,21 @@ export const INT8_MAX = 127;
 /** The largest uint8 value: the activation the probe multiplies, a real row's largest. */
 const UINT8_MAX = 255;
 
-// The probe's shape: a few rows so MLAS takes its matrix kernel (not the one-row one), and a
-// depth of several pairs so a saturated pair shows in the sum.
-const PROBE_ROWS = 4;
+// The probe's shapes: one row (MLAS's one-row kernel, its own code per instruction set) and a
+// few (its matrix kernel), a depth of several pairs so a saturated pair shows in the sum.
+const PROBE_ROWS = [1, 4];
 const PROBE_DEPTH = 64;
 const PROBE_COLUMNS = 16;
 
 /** MatMulIntegerToFloat of uint8 activations at their largest and weights of `type` at theirs, zero points and scales as the prefill graph's. */
 export function extremeProductGraph(type: WeightType): Uint8Array {
   const gb = new GraphBuilder();
-  const a = gb.input('a', 'uint8', [PROBE_ROWS, PROBE_DEPTH]);
+  const a = gb.input('a', 'uint8', ['rows', PROBE_DEPTH]);
   const n = PROBE_DEPTH * PROBE_COLUMNS;
   const w = type === 'int8' ? gb.init('w', [PROBE_DEPTH, PROBE_COLUMNS], new Int8Array(n).fill(INT8_MAX), 'int8') : gb.init('w', [PROBE_DEPTH, PROBE_COLUMNS], new Uint8Array(n).fill(ZERO_POINT_UINT8 + INT8_MAX), 'uint8');
   const zp = gb.init('zero_point', [], Uint8Array.of(ZERO_POINT_UINT8), 'uint8');
   gb.op('MatMulIntegerToFloat', [a, w, gb.f32(1), gb.f32(1), zp, ...(type === 'uint8' ? [zp] : [])], {}, ['y'], undefined, MS_DOMAIN);
-  gb.output('y', 'float32', [PROBE_ROWS, PROBE_COLUMNS]);
+  gb.output('y', 'float32', ['rows', PROBE_COLUMNS]);
   return gb.encode({ graphName: 'integer-products-probe', opset: 17, producer: 'cloudgate' }).model;
 }
 
@@ -51,9 +51,12 @@ export function extremeProductGraph(type: WeightType): Uint8Array {
 export async function extremeProductIsExact(type: WeightType): Promise<boolean> {
   const session = await ort.InferenceSession.create(extremeProductGraph(type), { intraOpNumThreads: 1, interOpNumThreads: 1, executionProviders: ['cpu'] });
   try {
-    const a = new ort.Tensor('uint8', new Uint8Array(PROBE_ROWS * PROBE_DEPTH).fill(UINT8_MAX), [PROBE_ROWS, PROBE_DEPTH]);
-    const y = (await session.run({ a })).y!.data as Float32Array;
-    return y.every((v) => v === (UINT8_MAX - ZERO_POINT_UINT8) * INT8_MAX * PROBE_DEPTH);
+    for (const rows of PROBE_ROWS) {
+      const a = new ort.Tensor('uint8', new Uint8Array(rows * PROBE_DEPTH).fill(UINT8_MAX), [rows, PROBE_DEPTH]);
+      const y = (await session.run({ a })).y!.data as Float32Array;
+      if (!y.every((v) => v === (UINT8_MAX - ZERO_POINT_UINT8) * INT8_MAX * PROBE_DEPTH)) return false;
+    }
+    return true;
   } finally {
     await session.release();
   }
