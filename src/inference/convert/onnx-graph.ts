@@ -29,7 +29,8 @@ interface Initializer {
 
 type InitData = Float32Array | BigInt64Array | Uint8Array | Int8Array | Uint16Array;
 
-function bytesOf(data: InitData): Uint8Array {
+/** A typed array's bytes, no copy (what an initializer's raw_data holds). */
+export function bytesOf(data: ArrayBufferView): Uint8Array {
   return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
 }
 

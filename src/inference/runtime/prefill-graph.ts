@@ -1,5 +1,6 @@
 import onnxProto from 'onnx-proto';
 import { fp16BitsToFp32 } from '../convert/quantize.js';
+import { bytesOf } from '../convert/onnx-graph.js';
 import { INT8_MAX, ZERO_POINT_UINT8, type WeightType } from './integer-products.js';
 
 // The graph of a model with block-quantized weights (MatMulNBits, 4 or 8 bits) for long steps
@@ -141,8 +142,6 @@ function perColumnInt8(node: Node, inits: Map<string, Tensor>, weightType: Weigh
   }
   return { q, scale };
 }
-
-const bytesOf = (a: ArrayBufferView): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 
 /**
  * The graph `bytes` with every MatMulNBits product it can rewrite as an int8 one (see above),

@@ -172,7 +172,9 @@ interface Bucket {
   long: boolean;
 }
 
-const ratioKey = (set: number, kind: SessionKind): number => set * 32 + KIND_BIT[kind];
+/** A set and a kind as one number: the set above every kind's bit. */
+const KIND_BITS_SPAN = 2 * Math.max(...Object.values(KIND_BIT));
+const ratioKey = (set: number, kind: SessionKind): number => set * KIND_BITS_SPAN + KIND_BIT[kind];
 
 function fastestMs(e: Estimate): number {
   return Math.min(...e.recent);
