@@ -459,6 +459,17 @@ describe('seeded random-weight generator (always runs)', () => {
     });
   }
 
+  it('the branch graph packs its rows\' real tokens, more of them in a step than the model has positions', async () => {
+    // 10 rows of 2-6 tokens (pads where a row is shorter than 6), 40 real tokens: more than
+    // seqLen's 32, where onnxruntime's RotaryEmbedding would refuse one packed row of all of them.
+    const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, vocabSize: 64, seqLen: 32, seed: 12, std: 0.3 });
+    const main = await session(buildLlamaOnnx(ck).model);
+    const branch = await session(buildLlamaOnnx(ck, { sharedPrefix: true }).model);
+    const rows = Array.from({ length: 10 }, (_, r) => ({ own: r % 3 === 0 ? [40 + r] : [], next: Array.from({ length: 2 + (r % 5) }, (_, i) => 10 + r + i) }));
+    expect(rows.reduce((n, r) => n + r.next.length, 0)).toBeGreaterThan(ck.config.seqLen);
+    await checkSharedPrefix(ck, main, branch, [1, 20, 21], rows, 1e-4);
+  });
+
   it('runs with graph optimizations disabled and with external weight data', async () => {
     const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 8, nKvHeads: 2, vocabSize: 64, seqLen: 32, seed: 9, std: 0.3 });
     const plain = await ort.InferenceSession.create(buildLlamaOnnx(ck).model, { graphOptimizationLevel: 'disabled' });

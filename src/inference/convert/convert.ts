@@ -9,7 +9,7 @@ import { buildByteVocab, generateCheckpoint, type GenerateParams } from './gener
 import { FORMAT_DTYPE, writeModelDir, type CloudgateModelConfig, type ModelDirContents, type ModelKind, type OnnxVariant } from './model-config.js';
 
 /** Bump when the ONNX layout or tokenizer output changes, so default models get rebuilt. */
-export const CONVERTER_VERSION = 'cloudgate-convert/7';
+export const CONVERTER_VERSION = 'cloudgate-convert/8';
 
 /** Fixed `created` for the repository's default models (keeps rebuilds byte-identical). */
 export const DEFAULT_CREATED = 1767225600; // 2026-01-01T00:00:00Z

@@ -42,7 +42,7 @@
 // - cos/sin tables and the additive mask are computed once per run and
 //   shared by all layers.
 import { GraphBuilder } from './onnx-graph.js';
-import { attention, packingOf, sharedPrefixAttention, slotCacheAttention, type Heads } from './onnx-attention.js';
+import { attention, packingOf, sharedPrefixAttention, slotCacheAttention, type Heads, type Packing } from './onnx-attention.js';
 import { linear, type LinearOptions, type WeightFormat } from './onnx-linear.js';
 import { headSize, kvDim, validateConfig, type LlamaCheckpoint, type LlamaConfig } from './llama2c.js';
 
@@ -263,7 +263,15 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
   const cosRows = ropeMode === 'matmul' ? gb.op1('Expand', [gb.op1('Gather', ['rope_cos', positionIds], { axis: 0 }), perHead], {}, 'rope_cos_rows') : ''; // [B, S, slots, KV, hd]
   const sinRows = ropeMode === 'matmul' ? gb.op1('Expand', [gb.op1('Gather', ['rope_sin', positionIds], { axis: 0 }), perHead], {}, 'rope_sin_rows') : '';
 
-  let x = gb.op1('Gather', ['embed_tokens', inputIds], { axis: 0 }, 'embeddings');
+  // The branch graph runs its per-token work (norms, projections, RoPE, feed-forward) on the
+  // step's real tokens only, packed: its rows are questions of unequal lengths,
+  // left-padded to the longest, and 64 questions of 10-13 tokens are 832 slots for 704 tokens, so a
+  // step that is nearly all matrix products did 18 % more of them (bench/README.md "Branch steps
+  // on real tokens"). Only attention reads the rows as [B, S] (onnx-attention.ts); the rest sees
+  // [N, 1, D].
+  const packed = shared && ropeMode === 'kernel' ? packedTokens(gb, packing!, inputIds, positionIds) : undefined;
+  let x = gb.op1('Gather', ['embed_tokens', packed?.ids ?? inputIds], { axis: 0 }, 'embeddings');
+  const ropePositions = packed?.positions ?? positionIds;
   // Each layer's input norm; after the first, the previous layer's residual sum computes it.
   let xn = '';
 
@@ -368,8 +376,9 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     const rotate = (): Heads => {
       if (vApart) {
         const v = linear(gb, xn, `layers.${l}.attn.v.weight`, columns(wqkv, D, W, qkColumns, W), D, W - qkColumns, lin);
-        const qkRotated = gb.msOp1('RotaryEmbedding', [proj, positionIds, 'rope_cos_half', 'rope_sin_half'], { interleaved: 1 });
-        return { rotated: gb.op1('Reshape', [qkRotated, shapeQkHeads]), v: gb.op1('Reshape', [v, shapeVHeads]) }; // [B, S, g + 1, KV, hd], [B, S, KV, hd]
+        const qkRotated = gb.msOp1('RotaryEmbedding', [proj, ropePositions, 'rope_cos_half', 'rope_sin_half'], { interleaved: 1 });
+        const slots = (t: string, width: number) => (packed ? packed.unpack(t, width) : t); // [B, S, width]
+        return { rotated: gb.op1('Reshape', [slots(qkRotated, qkColumns), shapeQkHeads]), v: gb.op1('Reshape', [slots(v, W - qkColumns), shapeVHeads]) }; // [B, S, g + 1, KV, hd], [B, S, KV, hd]
       }
       const projHeads = gb.op1('Reshape', [proj, shapeHeads]); // [B, S, (2,) slots, KV, hd]
       if (ropeMode === 'folded') {
@@ -388,11 +397,12 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
       ctxT = sharedPrefixAttention(gb, rotate(), pastK[l]!, pastV[l]!, { k: prefixK[l]!, v: prefixV[l]!, len: prefixLen }, packing!, l, { g, hd, bias: ownBias, lastOnly: l === L - 1 });
     } else ctxT = attention(gb, rotate(), pastK[l]!, pastV[l]!, l, { g, bias });
     let ctxFlat = gb.op1('Reshape', [ctxT, shapeBSD]); // [B, S, D]
+    if (packed && l < L - 1) ctxFlat = packed.pack(ctxFlat, D); // [N, 1, D]
     // The last layer goes on with each row's last position only (it alone is read) in the branch graph and the slot-cache graph.
     const lastPosition = (t: string) => gb.op1('Slice', [t, gb.i64([-1]), gb.i64([2 ** 62]), gb.i64([1])]); // [B, 1, D]
     if (slotCache && l === L - 1) ctxFlat = lastPosition(ctxFlat);
     const attnOut = linear(gb, ctxFlat, `layers.${l}.attn.o.weight`, woT, D, D, lin);
-    if (lastOnly && l === L - 1) x = lastPosition(x);
+    if (lastOnly && l === L - 1) x = packed ? packed.lastOfRows(x, D) : lastPosition(x);
     let xf: string;
     [xf, x] = skipNorm(x, attnOut, `layers.${l}.ffn_norm.weight`, `layers.${l}.attn_residual`);
 
@@ -440,6 +450,38 @@ export function buildLlamaOnnx(ck: LlamaCheckpoint, opts: OnnxWriteOptions = {})
     },
     externalDataFile: opts.externalDataFile,
   });
+}
+
+/** The branch graph's real tokens packed as [N, 1, *], and the moves between them and the rows [B, S, *]. */
+interface PackedTokens {
+  ids: string;
+  positions: string;
+  /** [N, 1, width] -> [B, S, width], zeros in the pads. */
+  unpack: (t: string, width: number) => string;
+  /** [B, S, width] -> [N, 1, width]. */
+  pack: (t: string, width: number) => string;
+  /** [N, 1, width] -> each row's last token [B, 1, width] (rows are left-padded: a row's last slot is a token). */
+  lastOfRows: (t: string, width: number) => string;
+}
+
+function packedTokens(gb: GraphBuilder, pk: Packing, inputIds: string, positionIds: string): PackedTokens {
+  // [N, 1]: the packed tokens as N rows of one token, not one row of N: onnxruntime's RotaryEmbedding
+  // refuses a row longer than its tables (max positions), which 64 questions' tokens can be.
+  const index = gb.op1('Unsqueeze', [pk.index, gb.i64([1])]);
+  const ofSlots = (t: string) => gb.op1('Gather', [gb.op1('Reshape', [t, gb.i64([-1])]), index], { axis: 0 });
+  const shapeBS = gb.op1('Shape', [inputIds]);
+  const lastSlots = gb.op1('Slice', [gb.op1('Reshape', [pk.slot, shapeBS]), gb.i64([-1]), gb.i64([2 ** 62]), gb.i64([1])]); // [B, 1]
+  const flat = (t: string, width: number) => gb.op1('Reshape', [t, gb.i64([-1, width])]);
+  return {
+    ids: ofSlots(inputIds),
+    positions: ofSlots(positionIds),
+    unpack: (t, width) => {
+      const withZero = gb.op1('Concat', [flat(t, width), gb.op1('ConstantOfShape', [gb.i64([1, width])])], { axis: 0 }); // [N + 1, width]
+      return gb.op1('Reshape', [gb.op1('Gather', [withZero, pk.slot], { axis: 0 }), gb.op1('Concat', [shapeBS, gb.i64([width])], { axis: 0 })]);
+    },
+    pack: (t, width) => gb.op1('Gather', [flat(t, width), index], { axis: 0 }),
+    lastOfRows: (t, width) => gb.op1('Gather', [flat(t, width), lastSlots], { axis: 0 }),
+  };
 }
 
 /**
