@@ -94,6 +94,38 @@ export function packingOf(gb: GraphBuilder, attnMask: string, past: string, tota
   };
 }
 
+/** The branch graph's real tokens packed as [N, 1, *], and the moves between them and the rows [B, S, *]. */
+export interface PackedTokens {
+  ids: string;
+  positions: string;
+  /** [N, 1, width] -> [B, S, width], zeros in the pads. */
+  unpack: (t: string, width: number) => string;
+  /** [B, S, width] -> [N, 1, width]. */
+  pack: (t: string, width: number) => string;
+  /** [N, 1, width] -> each row's last token [B, 1, width] (rows are left-padded: a row's last slot is a token). */
+  lastOfRows: (t: string, width: number) => string;
+}
+
+export function packedTokens(gb: GraphBuilder, pk: Packing, inputIds: string, positionIds: string): PackedTokens {
+  // [N, 1]: the packed tokens as N rows of one token, not one row of N: onnxruntime's RotaryEmbedding
+  // refuses a row longer than its tables (max positions), which 64 questions' tokens can be.
+  const index = gb.op1('Unsqueeze', [pk.index, gb.i64([1])]);
+  const ofSlots = (t: string) => gb.op1('Gather', [gb.op1('Reshape', [t, gb.i64([-1])]), index], { axis: 0 });
+  const shapeBS = gb.op1('Shape', [inputIds]);
+  const lastSlots = gb.op1('Slice', [gb.op1('Reshape', [pk.slot, shapeBS]), gb.i64([-1]), gb.i64([2 ** 62]), gb.i64([1])]); // [B, 1]
+  const flat = (t: string, width: number) => gb.op1('Reshape', [t, gb.i64([-1, width])]);
+  return {
+    ids: ofSlots(inputIds),
+    positions: ofSlots(positionIds),
+    unpack: (t, width) => {
+      const withZero = gb.op1('Concat', [flat(t, width), gb.op1('ConstantOfShape', [gb.i64([1, width])])], { axis: 0 }); // [N + 1, width]
+      return gb.op1('Reshape', [gb.op1('Gather', [withZero, pk.slot], { axis: 0 }), gb.op1('Concat', [shapeBS, gb.i64([width])], { axis: 0 })]);
+    },
+    pack: (t, width) => gb.op1('Gather', [flat(t, width), index], { axis: 0 }),
+    lastOfRows: (t, width) => gb.op1('Gather', [flat(t, width), lastSlots], { axis: 0 }),
+  };
+}
+
 /**
  * Attention of rows that all continue one prefix. The queries, packed as
  * [KV, g*N, hd], meet the prefix keys [KV, prefix, hd] in one MatMul with no
