@@ -35,6 +35,15 @@ const PROBE_ROWS = [1, 4];
 const PROBE_DEPTH = 64;
 const PROBE_COLUMNS = 16;
 
+/**
+ * MatMulIntegerToFloat's inputs for weights of `type`: uint8 activations and their zero point
+ * always, the weights' zero point (the same 128) only when they are uint8; int8 weights are
+ * symmetric. The prefill graph and the probe both build their products from this.
+ */
+export function integerProductInputs(type: WeightType, x: { a: string; w: string; aScale: string; wScale: string; zeroPoint: string }): string[] {
+  return [x.a, x.w, x.aScale, x.wScale, x.zeroPoint, ...(type === 'uint8' ? [x.zeroPoint] : [])];
+}
+
 /** MatMulIntegerToFloat of uint8 activations at their largest and weights of `type` at theirs, zero points and scales as the prefill graph's. */
 export function extremeProductGraph(type: WeightType): Uint8Array {
   const gb = new GraphBuilder();
@@ -42,7 +51,7 @@ export function extremeProductGraph(type: WeightType): Uint8Array {
   const n = PROBE_DEPTH * PROBE_COLUMNS;
   const w = type === 'int8' ? gb.init('w', [PROBE_DEPTH, PROBE_COLUMNS], new Int8Array(n).fill(INT8_MAX), 'int8') : gb.init('w', [PROBE_DEPTH, PROBE_COLUMNS], new Uint8Array(n).fill(ZERO_POINT_UINT8 + INT8_MAX), 'uint8');
   const zp = gb.init('zero_point', [], Uint8Array.of(ZERO_POINT_UINT8), 'uint8');
-  gb.op('MatMulIntegerToFloat', [a, w, gb.f32(1), gb.f32(1), zp, ...(type === 'uint8' ? [zp] : [])], {}, ['y'], undefined, MS_DOMAIN);
+  gb.op('MatMulIntegerToFloat', integerProductInputs(type, { a, w, aScale: gb.f32(1), wScale: gb.f32(1), zeroPoint: zp }), {}, ['y'], undefined, MS_DOMAIN);
   gb.output('y', 'float32', ['rows', PROBE_COLUMNS]);
   return gb.encode({ graphName: 'integer-products-probe', opset: 17, producer: 'cloudgate' }).model;
 }

@@ -1,7 +1,7 @@
 import onnxProto from 'onnx-proto';
 import { fp16BitsToFp32 } from '../convert/quantize.js';
 import { bytesOf } from '../convert/onnx-graph.js';
-import { INT8_MAX, ZERO_POINT_UINT8, type WeightType } from './integer-products.js';
+import { INT8_MAX, integerProductInputs, ZERO_POINT_UINT8, type WeightType } from './integer-products.js';
 
 // The graph of a model with block-quantized weights (MatMulNBits, 4 or 8 bits) for long steps
 // (the "prefill" session of session-choice.ts): every such product rewritten as an integer matrix
@@ -227,8 +227,8 @@ export function prefillGraph(bytes: Uint8Array, weightType: WeightType): Uint8Ar
     const x = half ? op('Cast', [inputs[0]!], { to: DT.FLOAT }) : inputs[0]!;
     const a = roundRows(x);
     // x . w = (sum of q_x q_w) * (row scale / 127) * column scale, the 1/127 as the product's own A scale.
-    const weightZeroPoint = weightType === 'uint8' ? [zp()] : [];
-    const product = op('MatMulIntegerToFloat', [a.q, weights.q, f32('inverse_int8_max', 1 / INT8_MAX), weights.scale, zp(), ...weightZeroPoint], {}, 'com.microsoft');
+    const productInputs = integerProductInputs(weightType, { a: a.q, w: weights.q, aScale: f32('inverse_int8_max', 1 / INT8_MAX), wScale: weights.scale, zeroPoint: zp() });
+    const product = op('MatMulIntegerToFloat', productInputs, {}, 'com.microsoft');
     const y = node.output![0]!;
     if (half) op('Cast', [op('Mul', [product, a.scale])], { to: DT.FLOAT16 }, undefined, y);
     else op('Mul', [product, a.scale], {}, undefined, y);
