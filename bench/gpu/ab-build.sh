@@ -12,7 +12,8 @@ export PATH=/tmp/cg:$PATH
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
 export VK_ICD_FILENAMES=$VK_DRIVER_FILES
 G=/tmp/cgab; mkdir -p $G; TOK=$PWD/.gpu/base/models/stories260K/tok512.bin
-node .gpu/base/peer-scripts/gen-llama2c.mjs --out $G/m25.bin --dim 512 --hidden 1376 --layers 8 --heads 8 --kv-heads 8 --vocab 512 --seq-len 1024 --seed 1 --std 0.02 >/dev/null
+source bench/gpu/shapes.sh
+node .gpu/base/peer-scripts/gen-llama2c.mjs --out $G/m25.bin ${GEN[m25]} --seed 1 --std 0.02 >/dev/null
 # Each build converts with its own converter.
 node dist/src/inference/convert/cli.js $G/m25.bin $TOK $G/new/m25 --id peer/m25 --kind chat --weights int4 >/dev/null &
 node .gpu/old/dist/src/inference/convert/cli.js $G/m25.bin $TOK $G/old/m25 --id peer/m25 --kind chat --weights int4 >/dev/null &

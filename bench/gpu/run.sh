@@ -19,7 +19,7 @@ mkdir -p "$G" "$OUT"
 log() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 export PATH=$G:$PATH SHARED_MODELS_DIR=$PWD/.gpu/base/models
 
-declare -A GEN=([m25]='--dim 512 --hidden 1376 --layers 8 --heads 8 --kv-heads 8 --vocab 512 --seq-len 1024' [m110]='--dim 768 --hidden 2048 --layers 12 --heads 12 --kv-heads 12 --vocab 512 --seq-len 1024')
+source bench/gpu/shapes.sh
 TOK=$PWD/.gpu/base/models/stories260K/tok512.bin
 
 setup() {
