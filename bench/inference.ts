@@ -41,7 +41,7 @@ if (ttftAt !== 'first-text' && ttftAt !== 'first-token') throw new Error('--ttft
 const firstToken = ttftAt === 'first-token';
 
 const streamOpts = { model, maxTokens, firstToken, extra: responseFormat ? { response_format: responseFormat } : {} };
-const oneStream = (url: string, key: string, prompt: string) => chatStream(url, key, prompt, streamOpts);
+const oneStream = (url: string, key: string, prompt: string, onToken?: (atMs: number) => void) => chatStream(url, key, prompt, { ...streamOpts, onToken });
 
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * p))] ?? NaN;
 
@@ -188,29 +188,39 @@ async function main() {
     // drain of one round of N requests.
     const rawFile = path.join(modelDir, modelFileOf(served));
     let promptTokens = 0;
+    // A phase's rate counts its ragged start (every stream's first prompt at once) and its drain
+    // (the last requests finishing after `until` in an ever smaller batch), which the raw loop, whose
+    // rows always run together, does not have. With --ttft first-token each token's arrival is seen,
+    // so the phase also gives its steady rate: tokens arriving from the end of the last stream's
+    // first request to `until`, as a load test that keeps running would see them.
     const daemonPhase = async (n: number) => {
       const ttfts: number[] = [];
+      const arrivals: number[] = [];
       let tokens = 0;
+      let rampEnd = 0;
       const t0 = performance.now();
       const until = t0 + seconds * 1000;
       await Promise.all(
         Array.from({ length: n }, async (_, i) => {
           for (let r = 0; performance.now() < until; r++) {
-            const o = await oneStream(url, key, `Once upon a time ${i}`);
+            const o = await oneStream(url, key, `Once upon a time ${i}`, firstToken ? (at) => arrivals.push(at) : undefined);
+            if (r === 0) rampEnd = Math.max(rampEnd, performance.now());
             tokens += o.tokens;
             promptTokens = o.promptTokens;
             ttfts.push(o.ttft);
           }
         }),
       );
-      return { rate: tokens / ((performance.now() - t0) / 1000), ttfts };
+      const inWindow = arrivals.filter((at) => at >= rampEnd && at < until).length;
+      const steady = firstToken && until > rampEnd ? inWindow / ((until - rampEnd) / 1000) : NaN;
+      return { rate: tokens / ((performance.now() - t0) / 1000), steady, ttfts };
     };
     for (const n of streams) {
-      const { rate, ttfts } = await daemonPhase(n);
+      const { rate, steady, ttfts } = await daemonPhase(n);
       const raw = await rawLoop(rawFile, served, n, promptTokens, maxTokens, rawSeconds);
       if (n === 1) stream1.rate = rate;
       console.log(
-        `streams ${String(n).padStart(2)}: daemon ${fmt(rate)} tokens/s (${ttfts.length} requests) | raw loop batch ${n}: ${fmt(raw.withPrefill)} tokens/s ` +
+        `streams ${String(n).padStart(2)}: daemon ${fmt(rate)} tokens/s (${ttfts.length} requests${firstToken ? `; ${fmt(steady)} in its steady window` : ''}) | raw loop batch ${n}: ${fmt(raw.withPrefill)} tokens/s ` +
           `(decode steps only ${fmt(raw.decodeOnly)}) | ratio ${fmt(rate / raw.withPrefill, 2)} (${fmt(rate / raw.decodeOnly, 2)})` +
           ` | vs 1 stream ${fmt(rate / stream1.rate, 1)}x | TTFT p50 ${fmt(pct(ttfts, 0.5), 1)} ms p99 ${fmt(pct(ttfts, 0.99), 1)} ms`,
       );
@@ -219,15 +229,18 @@ async function main() {
       // each does not (bench/README.md "Long steps in float32").
       if (pairs > 1) {
         const ratios = [rate / raw.withPrefill];
+        const steadyRatios = [steady / raw.withPrefill];
         for (let p = 1; p < pairs; p++) {
           const rawFirst = p % 2 === 1;
           const r1 = rawFirst ? await rawLoop(rawFile, served, n, promptTokens, maxTokens, rawSeconds) : undefined;
           const dm = await daemonPhase(n);
           const r2 = r1 ?? (await rawLoop(rawFile, served, n, promptTokens, maxTokens, rawSeconds));
           ratios.push(dm.rate / r2.withPrefill);
+          steadyRatios.push(dm.steady / r2.withPrefill);
         }
-        const sorted = [...ratios].sort((a, b) => a - b);
-        console.log(`  daemon / raw loop (decode runs included) in ${pairs} pairs, order alternating: ${ratios.map((r) => fmt(r, 2)).join(' ')} | median ${fmt(sorted[sorted.length >> 1]!, 3)}`);
+        const line = (xs: number[]) => `${xs.map((r) => fmt(r, 2)).join(' ')} | median ${fmt([...xs].sort((a, b) => a - b)[xs.length >> 1]!, 3)}`;
+        console.log(`  daemon / raw loop (decode runs included) in ${pairs} pairs, order alternating: ${line(ratios)}`);
+        if (firstToken) console.log(`  the same, the daemon's steady window only: ${line(steadyRatios)}`);
       }
     }
   } finally {

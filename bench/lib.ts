@@ -139,6 +139,8 @@ export interface ChatStreamOptions {
   firstToken: boolean;
   /** More request fields (response_format, ...). */
   extra?: Record<string, unknown>;
+  /** Called at each token's arrival; with firstToken only (without logprobs one chunk may carry several tokens). */
+  onToken?: (atMs: number) => void;
 }
 
 /** One streamed greedy chat completion: its time to first token (or text) and its token counts. */
@@ -167,6 +169,7 @@ export function chatStream(url: string, key: string, prompt: string, o: ChatStre
             buf = buf.slice(i + 2);
             const seen = o.firstToken ? ev.includes('"logprobs":{"content":[{') : ev.includes('"content":"') && !ev.includes('"content":""');
             if (Number.isNaN(ttft) && seen) ttft = performance.now() - t0;
+            if (seen && o.firstToken) o.onToken?.(performance.now());
             if (ev.includes('"usage":{')) {
               const usage = JSON.parse(ev.slice(6)).usage;
               tokens = usage.completion_tokens;
