@@ -14,6 +14,9 @@ import { benchArgs, fmt, machine } from './lib.js';
 // size timed in turns on the three in one process.
 // Usage: node dist/bench/step-threads.js --model DIR/model_q4.onnx [--batches 1,2,4,8,16] [--reps 8]
 // [--int8-products]: the graph as the prefill session runs it (runtime/prefill-graph.ts)
+// [--steps 64]: decode steps a pass; the slot cache's capacity (positions every row's attention
+// reads, filled or not) grows with them, and the table says which it reached; with --by-capacity yes
+// each capacity's decode steps are also shown apart (the step's cost of reading it)
 
 const args = benchArgs();
 const file = args.get('model');
@@ -21,7 +24,7 @@ if (!file) throw new Error('--model: a slot-cache chat graph (a converted chat m
 const batches = (args.get('batches') ?? '1,2,4,8,16').split(',').map(Number);
 const REPS = Number(args.get('reps') ?? 8);
 const PROMPT_TOKENS = 20;
-const DECODE_STEPS = 64;
+const DECODE_STEPS = Number(args.get('steps') ?? 64);
 
 const graph = args.has('int8-products') ? prefillGraph(fs.readFileSync(file), await weightTypeHere()) : undefined;
 if (args.has('int8-products') && !graph) throw new Error(`${file} has no block-quantized products to rewrite`);
@@ -38,10 +41,11 @@ async function open(threads: number, spin: ThreadSpin): Promise<ort.InferenceSes
 }
 
 /** One pass: a 20-token prompt for each of B rows, then 64 decode steps; answers the prompt step's and each decode step's ms. */
-async function pass(s: ort.InferenceSession, B: number): Promise<{ promptMs: number; stepMs: number[] }> {
+async function pass(s: ort.InferenceSession, B: number): Promise<{ promptMs: number; stepMs: number[]; capacity: number; byCapacity: Map<number, number[]> }> {
   const meta = s.inputMetadata.filter((m) => /^cache\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
   if (!meta.length) throw new Error(`${file} is not a slot-cache chat graph`);
-  const sl = new KvSlots({ layers: meta.length, kvHeads: Number(meta[0]!.shape[1]), headDim: Number(meta[0]!.shape[3]), positionsMax: PROMPT_TOKENS + DECODE_STEPS + 1, emptyCacheFeeds: true });
+  // The model's context as the daemon's slots take it, so the capacity grows as it would there.
+  const sl = new KvSlots({ layers: meta.length, kvHeads: Number(meta[0]!.shape[1]), headDim: Number(meta[0]!.shape[3]), positionsMax: Math.max(1024, PROMPT_TOKENS + DECODE_STEPS + 1), emptyCacheFeeds: true });
   const seqs = Array.from({ length: B }, (_, i) => i);
   const run = async (n: number) => {
     const st = slotStepFeeds(sl, seqs.map((seq) => ({ seq, tokens: Array.from({ length: n }, (_, j) => 5 + j) })));
@@ -51,12 +55,16 @@ async function pass(s: ort.InferenceSession, B: number): Promise<{ promptMs: num
   await run(PROMPT_TOKENS);
   const promptMs = performance.now() - t;
   const stepMs: number[] = [];
+  const byCapacity = new Map<number, number[]>();
   for (let i = 0; i < DECODE_STEPS; i++) {
     t = performance.now();
     await run(1);
-    stepMs.push(performance.now() - t);
+    const ms = performance.now() - t;
+    stepMs.push(ms);
+    // the capacity this step read (a step that grows it reads the grown one)
+    byCapacity.set(sl.cap, [...(byCapacity.get(sl.cap) ?? []), ms]);
   }
-  return { promptMs, stepMs };
+  return { promptMs, stepMs, capacity: sl.cap, byCapacity };
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
@@ -66,13 +74,17 @@ async function main() {
   const sessions = { one: await open(1, 'off'), sleeping: await open(cores, 'off'), spinning: await open(cores, 'run') };
   const kinds = Object.keys(sessions) as (keyof typeof sessions)[];
   console.log(`machine: ${machine()}\nmodel: ${file}${graph ? ', its products as int8 ones (the prefill session)' : ''}\nmedian ms: one ${PROMPT_TOKENS}-token prompt per row, and a decode step, over ${REPS} passes of ${DECODE_STEPS} steps (the first pass of each not counted); ${cores} threads sleeping between operators, or spinning while a run lasts`);
-  console.log(`| batch | prompt step: 1 thread / ${cores} sleeping / ${cores} spinning | decode step: 1 thread / ${cores} sleeping / ${cores} spinning | fastest decode |`);
-  console.log('| --- | --- | --- | --- |');
+  console.log(`| batch | prompt step: 1 thread / ${cores} sleeping / ${cores} spinning | decode step: 1 thread / ${cores} sleeping / ${cores} spinning | fastest decode | slot capacity |`);
+  console.log('| --- | --- | --- | --- | --- |');
   for (const B of batches) {
     const r = Object.fromEntries(kinds.map((k) => [k, { p: [] as number[], s: [] as number[] }])) as Record<(typeof kinds)[number], { p: number[]; s: number[] }>;
+    let capacity = 0;
+    const caps = new Map<number, Record<string, number[]>>();
     for (let rep = 0; rep <= REPS; rep++) {
       for (const k of kinds) {
-        const { promptMs, stepMs } = await pass(sessions[k], B);
+        const { promptMs, stepMs, capacity: c, byCapacity } = await pass(sessions[k], B);
+        capacity = c;
+        if (rep > 0) for (const [cap, ms] of byCapacity) ((caps.get(cap) ?? caps.set(cap, {}).get(cap)!)[k] ??= []).push(...ms);
         if (rep === 0) continue;
         r[k].p.push(promptMs);
         r[k].s.push(...stepMs);
@@ -81,7 +93,8 @@ async function main() {
     const step = kinds.map((k) => median(r[k].s));
     const best = step.indexOf(Math.min(...step));
     const next = Math.min(...step.filter((_, i) => i !== best));
-    console.log(`| ${B} | ${kinds.map((k) => fmt(median(r[k].p), 2)).join(' / ')} | ${step.map((x) => fmt(x, 3)).join(' / ')} | ${kinds[best]} (${fmt(next / step[best]!, 2)}x the next) |`);
+    console.log(`| ${B} | ${kinds.map((k) => fmt(median(r[k].p), 2)).join(' / ')} | ${step.map((x) => fmt(x, 3)).join(' / ')} | ${kinds[best]} (${fmt(next / step[best]!, 2)}x the next) | ${capacity} |`);
+    if (args.has('by-capacity')) for (const [cap, ms] of caps) console.log(`|   capacity ${cap} | | ${kinds.map((k) => fmt(median(ms[k] ?? [NaN]), 3)).join(' / ')} (${ms[kinds[0]!]?.length ?? 0} steps) | | |`);
   }
   for (const k of kinds) await sessions[k].release();
 }

@@ -136,8 +136,8 @@ describe('slot-cache graph and KvSlots', () => {
     sl.reserve(512);
     expect(sl.cap).toBe(cap);
     expect(sl.feeds(0, 1)['cache.0.key']!.buffer).toBe(buf);
-    // A second, short sequence beside one with content: the capacity stays (its keys are in it).
-    sl.write(0, [1], 1, [new Float32Array(4)], [new Float32Array(4)]);
+    // A second, short sequence beside the long one with its prompt written: the capacity stays (its keys are in it).
+    sl.write(0, [512], 512, [new Float32Array(512 * 4)], [new Float32Array(512 * 4)]);
     sl.open(3);
     sl.reserve(5);
     expect(sl.cap).toBe(cap);
@@ -148,6 +148,35 @@ describe('slot-cache graph and KvSlots', () => {
     sl.reserve(100);
     expect(sl.cap).toBe(112);
     expect(sl.bytes).toBe(2 * 4 * 112 * 4 * 4);
+  });
+
+  it('rebuilds a cache grown by a long sequence smaller once it has left, the short ones\' keys and values kept', () => {
+    const sl = new KvSlots({ layers: 2, kvHeads: 2, headDim: 4, positionsMax: 2000, emptyCacheFeeds: true });
+    const [H, D] = [2, 4];
+    const fill = (n: number, base: number) => Float32Array.from({ length: H * n * D }, (_, i) => base + i);
+    // A short sequence with 10 positions, then a long one of 600 beside it.
+    sl.open(1);
+    sl.reserve(10);
+    sl.write(0, [10], 10, [fill(10, 0), fill(10, 1000)], [fill(10, 2000), fill(10, 3000)]);
+    sl.open(2);
+    sl.reserve(600);
+    sl.write(1, [600], 600, [fill(600, 0), fill(600, 0)], [fill(600, 0), fill(600, 0)]);
+    expect(sl.cap).toBeGreaterThanOrEqual(600);
+    // While the long one lives the capacity stays.
+    sl.reserve(11);
+    expect(sl.cap).toBeGreaterThanOrEqual(600);
+    sl.delete(2);
+    // It has left: the short one's next step gets a capacity of its own size, its content where it was.
+    sl.reserve(11);
+    expect(sl.cap).toBe(64);
+    expect(sl.len(1)).toBe(10);
+    const views = sl.feeds(0, 1);
+    for (const [name, base] of [['cache.0.key', 0], ['cache.1.key', 1000], ['cache.0.value', 2000], ['cache.1.value', 3000]] as const) {
+      for (let h = 0; h < H; h++) {
+        // slot 0, head h: positions 0..9 of the new capacity hold what the write put there
+        expect(Array.from(views[name]!.subarray(h * 64 * D, h * 64 * D + 10 * D))).toEqual(Array.from(fill(10, base).subarray(h * 10 * D, (h + 1) * 10 * D)));
+      }
+    }
   });
 
   it('grows the capacity by a quarter, in multiples of 16 positions', () => {

@@ -125,16 +125,21 @@ export class KvSlots {
   }
 
   /**
-   * Makes room for `positions` in every slot; where every live sequence is still empty
-   * and the capacity is far more than that, new smaller buffers (see KEPT_CAPACITY_OVER_NEED_MAX).
+   * Makes room for `positions` in every slot. Where the capacity is far more than the step and
+   * every live sequence need (see KEPT_CAPACITY_OVER_NEED_MAX), new smaller buffers: every row's
+   * attention reads the whole capacity, filled or not, so a cache grown by a long sequence that
+   * has left would slow every short one beside it (16 rows of m25 int4 on the int8 products:
+   * a decode step 4.3 ms at a capacity of 64 positions, 5.4 at 112, 13.5 at 384; bench/README.md
+   * "The slot capacity"). The live sequences' positions are copied over, once.
    */
   reserve(positions: number): void {
     if (positions > this.layout.positionsMax) throw new Error(`a sequence of ${positions} positions passes the model's ${this.layout.positionsMax}`);
-    const kept = Math.max(KEPT_CAPACITY_MAX_POSITIONS, KEPT_CAPACITY_OVER_NEED_MAX * positions);
-    if (this.cap > kept && this.lenAt.every((len) => len === 0)) {
+    const need = Math.max(positions, ...this.lenAt);
+    const kept = Math.max(KEPT_CAPACITY_MAX_POSITIONS, KEPT_CAPACITY_OVER_NEED_MAX * need);
+    if (this.cap > kept) {
       let slots = SLOTS_MIN;
       while (slots < this.seqAt.length) slots *= 2;
-      this.resize(slots, this.capacityFor(positions, SLOT_CAPACITY_MIN_POSITIONS));
+      this.resize(slots, this.capacityFor(need, SLOT_CAPACITY_MIN_POSITIONS));
       return;
     }
     if (positions <= this.cap) return;
