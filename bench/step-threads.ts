@@ -25,6 +25,7 @@ const batches = (args.get('batches') ?? '1,2,4,8,16').split(',').map(Number);
 const REPS = Number(args.get('reps') ?? 8);
 const PROMPT_TOKENS = 20;
 const DECODE_STEPS = Number(args.get('steps') ?? 64);
+if (!Number.isInteger(DECODE_STEPS) || DECODE_STEPS < 1) throw new Error(`--steps: a whole number of decode steps, at least 1 (got ${args.get('steps')})`);
 
 const graph = args.has('int8-products') ? prefillGraph(fs.readFileSync(file), await weightTypeHere()) : undefined;
 if (args.has('int8-products') && !graph) throw new Error(`${file} has no block-quantized products to rewrite`);
@@ -40,8 +41,8 @@ async function open(threads: number, spin: ThreadSpin): Promise<ort.InferenceSes
   return graph ? ort.InferenceSession.create(graph, opts) : ort.InferenceSession.create(file!, opts);
 }
 
-/** One pass: a 20-token prompt for each of B rows, then 64 decode steps; answers the prompt step's and each decode step's ms. */
-async function pass(s: ort.InferenceSession, B: number): Promise<{ promptMs: number; stepMs: number[]; capacity: number; byCapacity: Map<number, number[]> }> {
+/** One pass: a 20-token prompt for each of B rows, then DECODE_STEPS decode steps; answers the prompt step's ms and each decode step's, with the slot capacity it read (a step that grows it reads the grown one). */
+async function pass(s: ort.InferenceSession, B: number): Promise<{ promptMs: number; steps: Array<{ ms: number; capacity: number }> }> {
   const meta = s.inputMetadata.filter((m) => /^cache\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
   if (!meta.length) throw new Error(`${file} is not a slot-cache chat graph`);
   // The model's context as the daemon's slots take it, so the capacity grows as it would there.
@@ -54,17 +55,13 @@ async function pass(s: ort.InferenceSession, B: number): Promise<{ promptMs: num
   let t = performance.now();
   await run(PROMPT_TOKENS);
   const promptMs = performance.now() - t;
-  const stepMs: number[] = [];
-  const byCapacity = new Map<number, number[]>();
+  const steps: Array<{ ms: number; capacity: number }> = [];
   for (let i = 0; i < DECODE_STEPS; i++) {
     t = performance.now();
     await run(1);
-    const ms = performance.now() - t;
-    stepMs.push(ms);
-    // the capacity this step read (a step that grows it reads the grown one)
-    byCapacity.set(sl.cap, [...(byCapacity.get(sl.cap) ?? []), ms]);
+    steps.push({ ms: performance.now() - t, capacity: sl.cap });
   }
-  return { promptMs, stepMs, capacity: sl.cap, byCapacity };
+  return { promptMs, steps };
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
@@ -77,24 +74,22 @@ async function main() {
   console.log(`| batch | prompt step: 1 thread / ${cores} sleeping / ${cores} spinning | decode step: 1 thread / ${cores} sleeping / ${cores} spinning | fastest decode | slot capacity |`);
   console.log('| --- | --- | --- | --- | --- |');
   for (const B of batches) {
-    const r = Object.fromEntries(kinds.map((k) => [k, { p: [] as number[], s: [] as number[] }])) as Record<(typeof kinds)[number], { p: number[]; s: number[] }>;
-    let capacity = 0;
-    const caps = new Map<number, Record<string, number[]>>();
+    const r = Object.fromEntries(kinds.map((k) => [k, { p: [] as number[], s: [] as Array<{ ms: number; capacity: number }> }])) as Record<(typeof kinds)[number], { p: number[]; s: Array<{ ms: number; capacity: number }> }>;
     for (let rep = 0; rep <= REPS; rep++) {
       for (const k of kinds) {
-        const { promptMs, stepMs, capacity: c, byCapacity } = await pass(sessions[k], B);
-        capacity = c;
-        if (rep > 0) for (const [cap, ms] of byCapacity) ((caps.get(cap) ?? caps.set(cap, {}).get(cap)!)[k] ??= []).push(...ms);
+        const { promptMs, steps } = await pass(sessions[k], B);
         if (rep === 0) continue;
         r[k].p.push(promptMs);
-        r[k].s.push(...stepMs);
+        r[k].s.push(...steps);
       }
     }
-    const step = kinds.map((k) => median(r[k].s));
+    const msOf = (k: (typeof kinds)[number], capacity?: number) => r[k].s.filter((x) => capacity === undefined || x.capacity === capacity).map((x) => x.ms);
+    const step = kinds.map((k) => median(msOf(k)));
+    const capacities = [...new Set(r[kinds[0]!].s.map((x) => x.capacity))];
     const best = step.indexOf(Math.min(...step));
     const next = Math.min(...step.filter((_, i) => i !== best));
-    console.log(`| ${B} | ${kinds.map((k) => fmt(median(r[k].p), 2)).join(' / ')} | ${step.map((x) => fmt(x, 3)).join(' / ')} | ${kinds[best]} (${fmt(next / step[best]!, 2)}x the next) | ${capacity} |`);
-    if (args.has('by-capacity')) for (const [cap, ms] of caps) console.log(`|   capacity ${cap} | | ${kinds.map((k) => fmt(median(ms[k] ?? [NaN]), 3)).join(' / ')} (${ms[kinds[0]!]?.length ?? 0} steps) | | |`);
+    console.log(`| ${B} | ${kinds.map((k) => fmt(median(r[k].p), 2)).join(' / ')} | ${step.map((x) => fmt(x, 3)).join(' / ')} | ${kinds[best]} (${fmt(next / step[best]!, 2)}x the next) | ${capacities.at(-1)} |`);
+    if (args.has('by-capacity')) for (const c of capacities) console.log(`|   capacity ${c} | | ${kinds.map((k) => fmt(median(msOf(k, c)), 3)).join(' / ')} (${msOf(kinds[0]!, c).length} steps) | | |`);
   }
   for (const k of kinds) await sessions[k].release();
 }

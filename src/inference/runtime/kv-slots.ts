@@ -134,13 +134,17 @@ export class KvSlots {
    */
   reserve(positions: number): void {
     if (positions > this.layout.positionsMax) throw new Error(`a sequence of ${positions} positions passes the model's ${this.layout.positionsMax}`);
-    const need = Math.max(positions, ...this.lenAt);
-    const kept = Math.max(KEPT_CAPACITY_MAX_POSITIONS, KEPT_CAPACITY_OVER_NEED_MAX * need);
-    if (this.cap > kept) {
-      let slots = SLOTS_MIN;
-      while (slots < this.seqAt.length) slots *= 2;
-      this.resize(slots, this.capacityFor(need, SLOT_CAPACITY_MIN_POSITIONS));
-      return;
+    const kept = (need: number) => Math.max(KEPT_CAPACITY_MAX_POSITIONS, KEPT_CAPACITY_OVER_NEED_MAX * need);
+    // The live sequences' lengths are read (every step: no allocation) only when the step's own need leaves room to shrink.
+    if (this.cap > kept(positions)) {
+      let need = positions;
+      for (const len of this.lenAt) need = Math.max(need, len);
+      if (this.cap > kept(need)) {
+        let slots = SLOTS_MIN;
+        while (slots < this.seqAt.length) slots *= 2;
+        this.resize(slots, this.capacityFor(need, SLOT_CAPACITY_MIN_POSITIONS));
+        return;
+      }
     }
     if (positions <= this.cap) return;
     this.resize(this.slotsCap, this.capacityFor(positions, Math.max(this.cap, SLOT_CAPACITY_MIN_POSITIONS)));
