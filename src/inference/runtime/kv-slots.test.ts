@@ -119,7 +119,7 @@ describe('slot-cache graph and KvSlots', () => {
     const views = sl.feeds(0, 1);
     sl.delete(1);
     sl.open(2);
-    expect(sl.cap).toBe(112); // 64 -> 80 -> 112: a quarter more each time, in multiples of 16
+    expect(sl.cap).toBe(112); // 64 -> 80 -> 96 -> 112: an eighth more each time, in multiples of 16
     expect(sl.len(2)).toBe(0);
     expect(sl.feeds(0, 1)['cache.0.key']!.buffer).toBe(views['cache.0.key']!.buffer);
   });
@@ -179,15 +179,16 @@ describe('slot-cache graph and KvSlots', () => {
     }
   });
 
-  it('grows the capacity by a quarter, in multiples of 16 positions', () => {
+  it('grows the capacity by an eighth below 256 positions and by a quarter from there, in multiples of 16 positions', () => {
     const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 2000, emptyCacheFeeds: true });
     sl.open(1);
     const caps: number[] = [];
-    for (const need of [64, 65, 81, 113, 145, 1000]) {
+    for (const need of [64, 65, 81, 85, 97, 113, 241, 273, 1000]) {
       sl.reserve(need);
       caps.push(sl.cap);
     }
-    expect(caps).toEqual([64, 80, 112, 144, 192, 1200]);
+    // 16 rows of 20-token prompts and 64 tokens need 85 positions: 96, where x1.25 made 112
+    expect(caps).toEqual([64, 80, 96, 96, 112, 128, 272, 352, 1104]);
   });
 
   it('refuses to grow a sequence past the model\'s positions', () => {

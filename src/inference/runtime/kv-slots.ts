@@ -23,13 +23,19 @@ export interface SlotLayout {
 /** Capacity a fresh cache starts with; it grows as the longest sequence needs, up to the layout's positionsMax. */
 const SLOT_CAPACITY_MIN_POSITIONS = 64;
 /**
- * Each growth of the capacity: x1.25, rounded up to a multiple of 16 positions. Attention reads
- * the whole capacity of every row each step (m25 int4 at 16 rows: ~28 us a position and step,
- * bench/README.md), so doubling would read up to 2x the longest sequence; a quarter more
- * bounds that at 1.25x, for about three times as many regrowths (each copies the live
- * positions once: 5x a sequence's length over its life instead of 2x).
+ * Each growth of the capacity: x1.125 below SLOT_CAPACITY_FINE_GROWTH_BELOW_POSITIONS, x1.25
+ * from there, rounded up to a multiple of 16 positions. Attention reads the whole capacity of
+ * every row each step, so what a capacity holds past the longest sequence is read for nothing:
+ * 16 rows of m25 int4 (20-token prompts, 64 tokens each) need 85 positions, which x1.25 made
+ * a capacity of 112 and x1.125 makes 96, and a decode step there took 8.53 ms against 9.24 at
+ * 112 (two sleeping threads; 12.97 against 14.48 on one; bench/README.md "The slot capacity
+ * grown finely"). Each regrowth copies the live positions once (~9x a sequence's length over its
+ * life at x1.125, ~5x at x1.25), which past a few hundred positions costs more than the reads
+ * it saves, so long sequences grow by a quarter.
  */
+const SLOT_CAPACITY_FINE_GROWTH = 1.125;
 const SLOT_CAPACITY_GROWTH = 1.25;
+const SLOT_CAPACITY_FINE_GROWTH_BELOW_POSITIONS = 256;
 const SLOT_CAPACITY_ALIGN_POSITIONS = 16;
 /** Slots a fresh cache starts with; doubled when more sequences are live. */
 const SLOTS_MIN = 4;
@@ -152,7 +158,10 @@ export class KvSlots {
 
   private capacityFor(positions: number, from: number): number {
     let cap = from;
-    while (cap < positions) cap = Math.ceil((cap * SLOT_CAPACITY_GROWTH) / SLOT_CAPACITY_ALIGN_POSITIONS) * SLOT_CAPACITY_ALIGN_POSITIONS;
+    while (cap < positions) {
+      const growth = cap < SLOT_CAPACITY_FINE_GROWTH_BELOW_POSITIONS ? SLOT_CAPACITY_FINE_GROWTH : SLOT_CAPACITY_GROWTH;
+      cap = Math.ceil((cap * growth) / SLOT_CAPACITY_ALIGN_POSITIONS) * SLOT_CAPACITY_ALIGN_POSITIONS;
+    }
     return Math.min(cap, this.layout.positionsMax);
   }
 
