@@ -29,9 +29,9 @@ const SLOT_CAPACITY_MIN_POSITIONS = 64;
  * 16 rows of m25 int4 (20-token prompts, 64 tokens each) need 85 positions, which x1.25 made
  * a capacity of 112 and x1.125 makes 96, and a decode step there took 8.53 ms against 9.24 at
  * 112 (two sleeping threads; 12.97 against 14.48 on one; bench/README.md "The slot capacity
- * grown finely"). Each regrowth copies the live positions once (~9x a sequence's length over its
- * life at x1.125, ~5x at x1.25), which past a few hundred positions costs more than the reads
- * it saves, so long sequences grow by a quarter.
+ * grown finely"). Each regrowth copies the live positions once, and growth by an eighth copies
+ * about twice as much over a sequence's life as growth by a quarter: below 256 positions that is
+ * at most ~2,000 positions a slot, so only short capacities grow finely.
  */
 const SLOT_CAPACITY_FINE_GROWTH = 1.125;
 const SLOT_CAPACITY_GROWTH = 1.25;
