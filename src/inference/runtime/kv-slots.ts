@@ -31,7 +31,7 @@ const SLOT_CAPACITY_MIN_POSITIONS = 64;
  * 112 (two sleeping threads; 12.97 against 14.48 on one; bench/README.md "The slot capacity
  * grown finely"). Each regrowth copies the live positions once, and growth by an eighth copies
  * about twice as much over a sequence's life as growth by a quarter: below 256 positions that is
- * at most ~2,000 positions a slot, so only short capacities grow finely.
+ * about 1,250 positions a slot in all (64 + 80 + ... + 240), so only short capacities grow finely.
  */
 const SLOT_CAPACITY_FINE_GROWTH = 1.125;
 const SLOT_CAPACITY_GROWTH = 1.25;
