@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import ort from 'onnxruntime-node';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchArgs, benchKey, chatStream, fmt, machine } from './lib.js';
+import { benchArgs, benchKey, chatStream, fmt, machine, median } from './lib.js';
 import { MODEL_DTYPES, modelFileOf, type ModelDtype } from '../src/inference/convert/model-config.js';
 import { extraSessionsFor, pickVariant, threadsFor } from '../src/inference/runtime/engine.js';
 import { SessionChoice, sessionsFor } from '../src/inference/runtime/session-choice.js';
@@ -238,7 +238,7 @@ async function main() {
           ratios.push(dm.rate / r2.withPrefill);
           steadyRatios.push(dm.steady / r2.withPrefill);
         }
-        const line = (xs: number[]) => `${xs.map((r) => fmt(r, 2)).join(' ')} | median ${fmt([...xs].sort((a, b) => a - b)[xs.length >> 1]!, 3)}`;
+        const line = (xs: number[]) => `${xs.map((r) => fmt(r, 2)).join(' ')} | median ${fmt(median(xs), 3)}`;
         console.log(`  daemon / raw loop (decode runs included) in ${pairs} pairs, order alternating: ${line(ratios)}`);
         if (firstToken) console.log(`  the same, the daemon's steady window only: ${line(steadyRatios)}`);
       }

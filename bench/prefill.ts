@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchArgs, benchKey, envOf, fmt, machine } from './lib.js';
+import { benchArgs, benchKey, envOf, fmt, machine, median } from './lib.js';
 
 // Time to first token of one long prompt at one stream (issue 14.4): the
 // daemon (the prompt as token ids through /v1/completions, max_tokens 1, so
@@ -27,8 +27,6 @@ function prompts(vocab: number): number[][] {
   // Ids from 3 up: no BOS / EOS / pad in the middle of the prompt.
   return Array.from({ length: runs + 1 }, () => Array.from({ length: tokens }, () => 3 + (next() % (vocab - 3))));
 }
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 /** A daemon (with `env` over the defaults) answering one prompt's time to first token at a time. */
 async function cloudgateDaemon(env: Record<string, string>): Promise<{ ttft: (prompt: number[]) => Promise<number>; stop: () => Promise<void> }> {

@@ -5,7 +5,7 @@ import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/k
 import { prefillGraph } from '../src/inference/runtime/prefill-graph.js';
 import { weightTypeHere } from '../src/inference/runtime/integer-products.js';
 import { spinningSessionConfig, spinSessionConfig, type ThreadSpin } from '../src/inference/runtime/spin.js';
-import { benchArgs, fmt, machine } from './lib.js';
+import { benchArgs, fmt, machine, median } from './lib.js';
 
 // Where one thread beats every core (runtime/session-choice.ts): a chat graph's
 // decode step at several batch sizes, and a 20-token prompt, on a session of one
@@ -63,8 +63,6 @@ async function pass(s: ort.InferenceSession, B: number): Promise<{ promptMs: num
   }
   return { promptMs, steps };
 }
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 async function main() {
   const cores = os.availableParallelism();
