@@ -130,7 +130,9 @@ export async function benchKey(d: { platformUrl: string; adminKey: string }, per
 // The chat client of the benchmarks: node:http with light parsing. On this 2-core machine
 // the client shares the CPU with the daemon, and fetch's stream machinery cost enough per
 // event to take a visible share of it from the engine.
-const chatAgent = new http.Agent({ keepAlive: true, maxSockets: 1024 });
+// A `timeout` makes the Agent honour the daemon's `Keep-Alive: timeout=5` (it otherwise keeps idle
+// sockets forever, and one reused as the daemon closed it, after a pause between phases, failed a run).
+const chatAgent = new http.Agent({ keepAlive: true, maxSockets: 1024, timeout: 60_000 });
 
 export interface ChatStreamOptions {
   model: string;

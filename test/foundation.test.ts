@@ -1,6 +1,8 @@
 import fs from 'node:fs';
+import net from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { addMember, admin, call, daemon, fund, newTeam, newUser } from './helpers.js';
+import { KEEP_ALIVE_HINT_S } from '../src/http/context.js';
 
 /** The access-log lines whose request id starts with `tag`, once `n` are written (they are buffered up to a second). */
 async function logLines(tag: string, n: number): Promise<Array<Record<string, any>>> {
@@ -124,6 +126,33 @@ describe('HTTP core', () => {
     const g = await call('platform', 'GET', '/nope', { headers: { 'x-request-id': 'bad id with spaces' } });
     expect(g.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
   });
+});
+
+describe('keep-alive', () => {
+  // A pooled client reuses an idle connection as long as the hint says: the daemon must not close it sooner.
+  it('announces how long an idle connection stays open, and keeps it open that long', async () => {
+    const u = new URL(daemon().inferenceUrl);
+    const sock = net.connect(Number(u.port), u.hostname);
+    await new Promise((ok, fail) => sock.once('connect', ok).once('error', fail));
+    let got = '';
+    sock.on('data', (b) => (got += b));
+    let closed = false;
+    sock.on('close', () => (closed = true));
+    const answer = async () => {
+      got = '';
+      sock.write(`GET /healthz HTTP/1.1\r\nHost: ${u.host}\r\n\r\n`);
+      for (let i = 0; i < 100 && !/\r\n\r\n[\s\S]*\}/.test(got); i++) await new Promise((r) => setTimeout(r, 20));
+      return got;
+    };
+    try {
+      expect(await answer()).toMatch(new RegExp(`^HTTP/1.1 200 OK\r\n[\\s\\S]*keep-alive: timeout=${KEEP_ALIVE_HINT_S}\r\n`, 'i'));
+      await new Promise((r) => setTimeout(r, KEEP_ALIVE_HINT_S * 1000));
+      expect(closed).toBe(false);
+      expect(await answer()).toMatch(/^HTTP\/1.1 200 OK\r\n/);
+    } finally {
+      sock.destroy();
+    }
+  }, 20_000);
 });
 
 describe('request log', () => {
