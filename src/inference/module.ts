@@ -29,6 +29,7 @@ export const inferenceModule: Module = {
       spinningSession: c.ORT_SPINNING_SESSION,
       prefillSession: c.ORT_PREFILL_SESSION,
       tokensPostIntervalMs: c.TOKENS_POST_INTERVAL_MS,
+      kvSplit: c.KV_SPLIT_LONG_ROWS,
       options: { admissionWaitMsMax: c.ADMISSION_WAIT_MS_MAX },
       dtype: c.MODEL_DTYPE,
     });

@@ -45,6 +45,8 @@ export interface EngineConfig {
   prefillSession?: boolean;
   /** TOKENS_POST_INTERVAL_MS: how long a decode run's fast steps are held before their tokens are posted (token-posts.ts). */
   tokensPostIntervalMs?: number;
+  /** KV_SPLIT_LONG_ROWS: a chat model's far longer sequences keep their cache apart and step as their own run (kv-pools.ts); default true. */
+  kvSplit?: boolean;
   /** MODEL_DTYPE: the weight variant served by every folder that holds it, over cloudgate.json's `dtype` */
   dtype?: ModelDtype;
   options?: Partial<EngineOptions>;
@@ -152,6 +154,7 @@ export class Engine implements InferenceEngine {
           sched: cfg.threadsSched ?? 'normal',
           spin: cfg.threadsSpin ?? 'off',
           tokensPostIntervalMs: cfg.tokensPostIntervalMs ?? TOKENS_POST_INTERVAL_MS,
+          kvSplit: cfg.kvSplit ?? true,
         }, c.id);
         const info: ServedModel = {
           id: c.id,

@@ -52,6 +52,19 @@ const KEPT_CAPACITY_OVER_NEED_MAX = 2;
 /** Capacity an emptied cache keeps whatever the next sequences need: a short row then reads at most 2x what a fresh cache would give it. */
 const KEPT_CAPACITY_MAX_POSITIONS = 2 * SLOT_CAPACITY_MIN_POSITIONS;
 
+/** The capacity a cache grows to from `from` positions to hold `positions` (SLOT_CAPACITY_GROWTH), at most `positionsMax`. */
+export function slotCapacityFor(positions: number, from: number, positionsMax: number): number {
+  let cap = from;
+  while (cap < positions) {
+    const growth = cap < SLOT_CAPACITY_FINE_GROWTH_BELOW_POSITIONS ? SLOT_CAPACITY_FINE_GROWTH : SLOT_CAPACITY_GROWTH;
+    cap = Math.ceil((cap * growth) / SLOT_CAPACITY_ALIGN_POSITIONS) * SLOT_CAPACITY_ALIGN_POSITIONS;
+  }
+  return Math.min(cap, positionsMax);
+}
+
+/** A fresh cache's capacity for `positions` (what a sequence of that many needs, rounded as the cache grows). */
+export const freshSlotCapacity = (positions: number, positionsMax: number): number => slotCapacityFor(positions, SLOT_CAPACITY_MIN_POSITIONS, positionsMax);
+
 export class KvSlots {
   private k: Float32Array[] = [];
   private v: Float32Array[] = [];
@@ -94,6 +107,11 @@ export class KvSlots {
 
   len(seq: number): number {
     return this.lenAt[this.slotOf.get(seq)!]!;
+  }
+
+  /** The sequences holding a slot, in slot order (a view: it changes as they do). */
+  seqs(): readonly number[] {
+    return this.seqAt;
   }
 
   /** Sequences holding a slot. */
@@ -157,12 +175,44 @@ export class KvSlots {
   }
 
   private capacityFor(positions: number, from: number): number {
-    let cap = from;
-    while (cap < positions) {
-      const growth = cap < SLOT_CAPACITY_FINE_GROWTH_BELOW_POSITIONS ? SLOT_CAPACITY_FINE_GROWTH : SLOT_CAPACITY_GROWTH;
-      cap = Math.ceil((cap * growth) / SLOT_CAPACITY_ALIGN_POSITIONS) * SLOT_CAPACITY_ALIGN_POSITIONS;
+    return slotCapacityFor(positions, from, this.layout.positionsMax);
+  }
+
+  /** The live sequences' longest length. */
+  get longest(): number {
+    let n = 0;
+    for (const len of this.lenAt) n = Math.max(n, len);
+    return n;
+  }
+
+  /**
+   * Rebuilds the buffers at the capacity a fresh cache would grow to for the live sequences'
+   * next position, where that is smaller (the longest has just been handed over); the kept
+   * capacity of `reserve` is for short sequences after a long one has left, not for this.
+   */
+  fit(): void {
+    if (!this.seqAt.length) return;
+    const cap = this.capacityFor(this.longest + 1, SLOT_CAPACITY_MIN_POSITIONS);
+    if (cap < this.cap) this.resize(this.slotsCap, cap);
+  }
+
+  /** Moves a sequence's positions into `to` (a cache of the same layout) and drops it here. */
+  handOver(seq: number, to: KvSlots): void {
+    const from = this.slotOf.get(seq);
+    if (from === undefined) throw new Error(`sequence ${seq} has no slot here`);
+    const len = this.lenAt[from]!;
+    to.open(seq);
+    to.reserve(len + 1);
+    const { kvHeads: H, headDim: D } = this.layout;
+    const [src, dst, s, t] = [from * this.stride(), to.slotOf.get(seq)! * to.stride(), this.cap, to.cap];
+    for (let l = 0; l < this.layout.layers; l++) {
+      for (let h = 0; h < H; h++) {
+        to.k[l]!.set(this.k[l]!.subarray(src + h * s * D, src + (h * s + len) * D), dst + h * t * D);
+        to.v[l]!.set(this.v[l]!.subarray(src + h * s * D, src + (h * s + len) * D), dst + h * t * D);
+      }
     }
-    return Math.min(cap, this.layout.positionsMax);
+    to.lenAt[to.slotOf.get(seq)!] = len;
+    this.delete(seq);
   }
 
   /**

@@ -34,6 +34,8 @@ export interface InitMsg {
   spin: ThreadSpin;
   /** A decode run's fast steps are posted at most this often (token-posts.ts); 0: every step. */
   tokensPostIntervalMs: number;
+  /** A slot-cache model's far longer sequences keep their cache apart and step as their own run, on the CPU (kv-pools.ts). */
+  kvSplit: boolean;
   /** The model's context length: no sequence's cache grows past it. */
   positionsMax: number;
   /**

@@ -1,11 +1,13 @@
 import fs from 'node:fs';
 import os from 'node:os';
+import path from 'node:path';
 import v8 from 'node:v8';
 import { parentPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
 import { endsGeneration, noPasses, type Arch, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow } from './protocol.js';
 import { KvStore, type Kv } from './kv.js';
-import { KvSlots, slotStepDone, slotStepFeeds } from './kv-slots.js';
+import { slotStepDone, slotStepFeeds } from './kv-slots.js';
+import { KvPools } from './kv-pools.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
@@ -49,7 +51,7 @@ interface WorkerState {
   arch: Arch;
   store: KvStore;
   /** The cache of a slot-cache graph (cache.N.key inputs); the store then stays empty. */
-  slots: KvSlots | undefined;
+  slots: KvPools | undefined;
   batch: BatchState | undefined;
   tokenTexts: Array<string | null>;
   /** The main thread asked the decode run to stop after its current step. */
@@ -191,7 +193,8 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   w.store = new KvStore(w.arch);
   if (slotCache) {
     if (w.arch.kvType !== 'float32' || w.arch.logitsType !== 'float32') throw new Error('a slot-cache graph keeps a float32 cache and float32 logits');
-    w.slots = new KvSlots({ ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: onCpu });
+    // A second run per step costs another pass over the weights on the CPU; on a GPU, another step's launches.
+    w.slots = new KvPools({ ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: onCpu }, weightBytesOf(msg.modelPath), msg.kvSplit && onCpu);
   }
   if (msg.branchModelPath) {
     // The branch graph only makes scoring faster: a model whose branch graph does not load scores without it.
@@ -360,10 +363,33 @@ async function runModel(feeds: Record<string, ort.Tensor>, tokens: number): Prom
   return out;
 }
 
-/** A step of the slot-cache graph: each row's cache read where it lies, only the step's new keys and values written back. */
+/**
+ * A step of the slot-cache graph: each row's cache read where it lies, only the step's new keys
+ * and values written back; rows whose sequences keep their cache apart (kv-pools.ts) as a run of their own.
+ */
 async function slotStep(rows: StepRow[]): Promise<Float32Array> {
-  const st = slotStepFeeds(w.slots!, rows);
-  return slotStepDone(w.slots!, st, await runModel(st.feeds, st.order.length * st.S));
+  const runs = w.slots!.plan(rows);
+  if (runs.length === 1) {
+    const st = slotStepFeeds(runs[0]!.pool, rows);
+    return slotStepDone(runs[0]!.pool, st, await runModel(st.feeds, st.order.length * st.S));
+  }
+  let logits: Float32Array | undefined;
+  for (const run of runs) {
+    const part = run.rows.map((i) => rows[i]!);
+    const st = slotStepFeeds(run.pool, part);
+    const out = slotStepDone(run.pool, st, await runModel(st.feeds, st.order.length * st.S));
+    const V = out.length / part.length;
+    logits ??= new Float32Array(rows.length * V);
+    run.rows.forEach((i, b) => logits!.set(out.subarray(b * V, (b + 1) * V), i * V));
+  }
+  return logits!;
+}
+
+/** Bytes of a model graph's weights: its file and its external data files beside it (model.onnx_data, ...). */
+function weightBytesOf(modelPath: string): number {
+  const dir = path.dirname(modelPath);
+  const base = path.basename(modelPath);
+  return fs.readdirSync(dir).filter((f) => f.startsWith(base)).reduce((n, f) => n + fs.statSync(path.join(dir, f)).size, 0);
 }
 
 /** Whether a sequence has a cache here. */
@@ -759,7 +785,7 @@ async function warmUpDecoding(positionsMax: number): Promise<void> {
   if (promptLen < 1) return;
   const tokens = Array.from({ length: promptLen }, (_, i) => i % w.arch.vocab);
   // The prompt's shape once on every session it may run on: onnxruntime plans its memory per shape and session.
-  const { feeds } = slotStepFeeds(w.slots!, [{ seq, tokens }]);
+  const { feeds } = slotStepFeeds(w.slots!.near, [{ seq, tokens }]);
   const kinds = sessionsFor(promptLen, 1, w.loaded);
   for (const k of kinds) await w.byKind[k]!.run(feeds);
   // ... and measured on them until its session is chosen, as the first requests' prompts would be.
@@ -793,7 +819,7 @@ const WARM_UP_LONG_MS_MAX = 4_000;
 async function warmUpLong(positionsMax: number): Promise<void> {
   const len = Math.min(WARM_UP_LONG_PROMPT_TOKENS, positionsMax);
   const rows = [{ seq: WARM_UP_SEQ, tokens: Array.from({ length: len }, (_, i) => i % w.arch.vocab) }];
-  const feeds = w.slots ? slotStepFeeds(w.slots, rows).feeds : stepInputs(rows, [w.store.open(WARM_UP_SEQ, len)], 0, w.arch.hasPositionIds).feeds;
+  const feeds = w.slots ? slotStepFeeds(w.slots.near, rows).feeds : stepInputs(rows, [w.store.open(WARM_UP_SEQ, len)], 0, w.arch.hasPositionIds).feeds;
   await w.choice!.measure(len, sessionsFor(len, 1, w.loaded), WARM_UP_LONG_RUNS_MAX, (k) => w.byKind[k]!.run(feeds), WARM_UP_LONG_MS_MAX);
 }
 

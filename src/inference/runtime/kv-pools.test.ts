@@ -1,0 +1,94 @@
+import { describe, expect, it } from 'vitest';
+import ort from 'onnxruntime-node';
+import { generateCheckpoint } from '../convert/generate.js';
+import { buildLlamaOnnx } from '../convert/onnx-writer.js';
+import { RefTransformer } from '../convert/reference.js';
+import { headSize } from '../convert/llama2c.js';
+import { slotStepDone, slotStepFeeds } from './kv-slots.js';
+import { KvPools } from './kv-pools.js';
+
+// The slot-cache graph stepped the way the worker steps it (plan, then a run per cache), checked
+// against run.c's forward pass one sequence at a time while a long sequence moves apart and back.
+
+const TOL = 1e-4;
+
+async function setup(split: boolean, weightBytes = 1000) {
+  const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 8, nKvHeads: 4, vocabSize: 64, seqLen: 160, seed: 7, std: 0.3 });
+  const sess = await ort.InferenceSession.create(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, { intraOpNumThreads: 1 });
+  const pools = new KvPools({ layers: 2, kvHeads: 4, headDim: headSize(ck.config), positionsMax: 160, emptyCacheFeeds: true }, weightBytes, split);
+  const refs = new Map<number, { ref: RefTransformer; pos: number }>();
+  const V = ck.config.vocabSize;
+  let maxErr = 0;
+  /** One step as worker.ts slotStep runs it; answers how many runs it took. */
+  const step = async (rows: Array<{ seq: number; tokens: number[] }>) => {
+    const runs = pools.plan(rows);
+    for (const run of runs) {
+      const part = run.rows.map((i) => rows[i]!);
+      const st = slotStepFeeds(run.pool, part);
+      const logits = slotStepDone(run.pool, st, await sess.run(st.feeds));
+      part.forEach((r, b) => {
+        let e = refs.get(r.seq);
+        if (!e) refs.set(r.seq, (e = { ref: new RefTransformer(ck), pos: 0 }));
+        let want = new Float32Array(0);
+        for (const t of r.tokens) want = e.ref.forward(t, e.pos++);
+        for (let i = 0; i < V; i++) maxErr = Math.max(maxErr, Math.abs(logits[b * V + i]! - want[i]!));
+        expect(pools.len(r.seq)).toBe(e.pos);
+      });
+    }
+    return runs.length;
+  };
+  const tok = (n: number, seed: number) => Array.from({ length: n }, (_, i) => 1 + ((seed * 7 + i * 13) % (V - 1)));
+  return { pools, step, tok, maxErr: () => maxErr };
+}
+
+describe('KvPools', () => {
+  it('runs a sequence far longer than the others apart, and puts it back once they have grown close, matching the reference throughout', async () => {
+    const { pools, step, tok, maxErr } = await setup(true);
+    const shorts = [1, 2, 3];
+    expect(await step(shorts.map((seq) => ({ seq, tokens: tok(5, seq) })))).toBe(1);
+    // A long prompt arrives: it starts in a cache of its own, so the short rows keep reading 64 positions.
+    expect(await step([{ seq: 9, tokens: tok(100, 9) }])).toBe(1);
+    expect(pools.far.has(9)).toBe(true);
+    expect(pools.near.cap).toBe(64);
+    for (let i = 0; i < 3; i++) expect(await step([...shorts, 9].map((seq) => ({ seq, tokens: tok(1, seq + i) })))).toBe(2);
+    expect(pools.near.cap).toBe(64);
+    expect(pools.far.cap).toBeGreaterThanOrEqual(104);
+    // The short ones grow up to the long one's capacity (it waits): one cache again, its keys and values copied back.
+    let runs = 2;
+    for (let i = 0; pools.far.live && i < 120; i++) runs = await step(shorts.map((seq) => ({ seq, tokens: tok(1, seq * 3 + i) })));
+    expect(pools.far.live).toBe(0);
+    expect(pools.far.bytes).toBe(0);
+    expect(runs).toBe(1);
+    expect(await step([...shorts, 9].map((seq) => ({ seq, tokens: tok(1, seq) })))).toBe(1);
+    expect(maxErr()).toBeLessThan(TOL);
+  });
+
+  it('moves a sequence from the near cache when it outgrows the others, and frees the far cache with its last sequence', async () => {
+    const { pools, step, tok, maxErr } = await setup(true);
+    await step([1, 2, 3].map((seq) => ({ seq, tokens: tok(4, seq) })));
+    // Sequence 1 takes a long second turn: 90 more positions in one step, which would grow every row's capacity.
+    expect(await step([{ seq: 1, tokens: tok(90, 1) }])).toBe(1);
+    expect(pools.far.has(1)).toBe(true);
+    expect(pools.near.cap).toBe(64);
+    expect(await step([1, 2, 3].map((seq) => ({ seq, tokens: tok(1, seq + 5) })))).toBe(2);
+    expect(pools.delete(1)).toBe(true);
+    expect(pools.far.bytes).toBe(0);
+    expect(await step([2, 3].map((seq) => ({ seq, tokens: tok(1, seq) })))).toBe(1);
+    expect(maxErr()).toBeLessThan(TOL);
+  });
+
+  it('keeps every sequence together when a second run would cost more than it saves, or when told to', async () => {
+    for (const [split, weightBytes] of [
+      [true, 10_000_000],
+      [false, 1000],
+    ] as const) {
+      const { pools, step, tok, maxErr } = await setup(split, weightBytes);
+      await step([1, 2, 3].map((seq) => ({ seq, tokens: tok(5, seq) })));
+      expect(await step([{ seq: 9, tokens: tok(100, 9) }])).toBe(1);
+      expect(await step([1, 2, 3, 9].map((seq) => ({ seq, tokens: tok(1, seq) })))).toBe(1);
+      expect(pools.far.live).toBe(0);
+      expect(pools.near.cap).toBeGreaterThanOrEqual(106);
+      expect(maxErr()).toBeLessThan(TOL);
+    }
+  });
+});
