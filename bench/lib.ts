@@ -189,10 +189,21 @@ export function chatStream(url: string, key: string, prompt: string, o: ChatStre
 }
 
 /** One phase of streaming: `streams` clients back to back for `secs` (prompt `Once upon a time <i>`); tokens/s and TTFT p50. */
-export async function streamPhase(url: string, key: string, streams: number, secs: number, o: ChatStreamOptions): Promise<{ rate: number; ttftMs: number }> {
+/**
+ * `streams` clients streaming for `secs`, each sending its next request when the last ends; with
+ * `long`, one client more sends a long prompt and generates `long.maxTokens` (a long conversation
+ * beside short ones); its tokens count too, its time to first token does not.
+ */
+export async function streamPhase(url: string, key: string, streams: number, secs: number, o: ChatStreamOptions, long?: { prompt: string; maxTokens: number }): Promise<{ rate: number; ttftMs: number }> {
   let tokens = 0;
   const ttfts: number[] = [];
   const t0 = performance.now();
+  const longOne = async () => {
+    while (performance.now() - t0 < secs * 1000) {
+      const r = await chatStream(url, key, long!.prompt, { ...o, maxTokens: long!.maxTokens });
+      tokens += r.tokens; // not `tokens += await ...`: that reads the sum before the await and drops the other streams' tokens
+    }
+  };
   await Promise.all(
     Array.from({ length: streams }, async (_, i) => {
       while (performance.now() - t0 < secs * 1000) {
@@ -200,7 +211,7 @@ export async function streamPhase(url: string, key: string, streams: number, sec
         tokens += r.tokens;
         ttfts.push(r.ttft);
       }
-    }),
+    }).concat(long ? [longOne()] : []),
   );
   ttfts.sort((a, b) => a - b);
   return { rate: tokens / ((performance.now() - t0) / 1000), ttftMs: ttfts[ttfts.length >> 1] ?? NaN };

@@ -77,7 +77,11 @@ export class KvSlots {
   private readonly slotOf = new Map<number, number>();
   private scratch = new Float32Array(0);
 
-  constructor(private readonly layout: SlotLayout) {}
+  /** @param slotsMin slots the buffers start with (SLOTS_MIN; a cache for a few long sequences takes fewer, each costs its whole capacity). */
+  constructor(
+    private readonly layout: SlotLayout,
+    private readonly slotsMin = SLOTS_MIN,
+  ) {}
 
   get layers(): number {
     return this.layout.layers;
@@ -123,7 +127,7 @@ export class KvSlots {
   open(seq: number): void {
     if (this.slotOf.has(seq)) return;
     const slot = this.seqAt.length;
-    if (slot >= this.slotsCap) this.resize(Math.max(SLOTS_MIN, this.slotsCap * 2), Math.max(this.cap, SLOT_CAPACITY_MIN_POSITIONS));
+    if (slot >= this.slotsCap) this.resize(Math.max(this.slotsMin, this.slotsCap * 2), Math.max(this.cap, SLOT_CAPACITY_MIN_POSITIONS));
     this.seqAt.push(seq);
     this.lenAt.push(0);
     this.slotOf.set(seq, slot);
@@ -164,7 +168,7 @@ export class KvSlots {
       let need = positions;
       for (const len of this.lenAt) need = Math.max(need, len);
       if (this.cap > kept(need)) {
-        let slots = SLOTS_MIN;
+        let slots = this.slotsMin;
         while (slots < this.seqAt.length) slots *= 2;
         this.resize(slots, this.capacityFor(need, SLOT_CAPACITY_MIN_POSITIONS));
         return;
