@@ -9,9 +9,9 @@ import { benchArgs, benchKey, envOf, machine, pairSummary, streamPhase } from '.
 // the machine's minute. Prints each pair's B / A ratio, how many pairs B won, their median
 // and geometric mean.
 // Usage: node dist/bench/ab.js --model ID --models-dir DIR [--a 'K=V,K=V'] [--b 'K=V'] [--a-root DIR] [--b-root DIR]
-//   [--streams 1] [--rounds 20] [--seconds 2] [--tokens 64] [--ttft first-token] [--long-prompt-words N --long-tokens M]
-// --long-prompt-words: one stream more, whose prompt is a story of N words and which generates M tokens
-// (default 256) each request: a long conversation beside the short ones (KV_SPLIT_LONG_ROWS).
+//   [--streams 1] [--rounds 20] [--seconds 2] [--tokens 64] [--ttft first-token] [--long-prompt-words N --long-tokens M --long-streams K]
+// --long-prompt-words: K streams more (default 1), whose prompt is a story of N words and which generate M
+// tokens (default 256) each request: long conversations beside the short ones (KV_SPLIT_LONG_ROWS).
 // --a / --b: environment of each daemon; --a-root / --b-root: the checkout each runs (built), this one by default.
 
 const args = benchArgs();
@@ -25,7 +25,7 @@ const opts = { model, maxTokens: Number(args.get('tokens') ?? 64), firstToken: a
 const LONG_STORY = 'Once upon a time there was a little girl named Lily who loved to play in the park with her friends and her dog';
 const longWords = Number(args.get('long-prompt-words') ?? 0);
 const storyWords = LONG_STORY.split(' ');
-const long = longWords > 0 ? { prompt: Array.from({ length: longWords }, (_, i) => storyWords[i % storyWords.length]).join(' '), maxTokens: Number(args.get('long-tokens') ?? 256) } : undefined;
+const long = longWords > 0 ? { prompt: Array.from({ length: longWords }, (_, i) => storyWords[i % storyWords.length]).join(' '), maxTokens: Number(args.get('long-tokens') ?? 256), streams: Number(args.get('long-streams') ?? 1) } : undefined;
 
 type Daemons = typeof import('../test/daemon.js');
 
@@ -43,7 +43,7 @@ async function main() {
   const b = await start('b');
   try {
     const url = (s: typeof a) => `${s.d.inferenceUrl}/v1/chat/completions`;
-    console.log(`machine: ${machine()}\nmodel ${model}, ${streams} stream(s)${long ? ` and one of a ${longWords}-word prompt generating ${long.maxTokens} tokens` : ''}, ${rounds} pairs of ${seconds} s phases (order alternating)\nA: ${a.label}\nB: ${b.label}`);
+    console.log(`machine: ${machine()}\nmodel ${model}, ${streams} stream(s)${long ? ` and ${long.streams} of a ${longWords}-word prompt generating ${long.maxTokens} tokens` : ''}, ${rounds} pairs of ${seconds} s phases (order alternating)\nA: ${a.label}\nB: ${b.label}`);
     const res = { a: [] as Array<{ rate: number; ttftMs: number }>, b: [] as Array<{ rate: number; ttftMs: number }> };
     for (let r = 0; r < rounds; r++) {
       for (const side of r % 2 ? (['b', 'a'] as const) : (['a', 'b'] as const)) {

@@ -191,10 +191,10 @@ export function chatStream(url: string, key: string, prompt: string, o: ChatStre
 /** One phase of streaming: `streams` clients back to back for `secs` (prompt `Once upon a time <i>`); tokens/s and TTFT p50. */
 /**
  * `streams` clients streaming for `secs`, each sending its next request when the last ends; with
- * `long`, one client more sends a long prompt and generates `long.maxTokens` (a long conversation
- * beside short ones); its tokens count too, its time to first token does not.
+ * `long`, `long.streams` clients more (default 1) send a long prompt and generate `long.maxTokens`
+ * (long conversations beside short ones); their tokens count too, their time to first token does not.
  */
-export async function streamPhase(url: string, key: string, streams: number, secs: number, o: ChatStreamOptions, long?: { prompt: string; maxTokens: number }): Promise<{ rate: number; ttftMs: number }> {
+export async function streamPhase(url: string, key: string, streams: number, secs: number, o: ChatStreamOptions, long?: { prompt: string; maxTokens: number; streams?: number }): Promise<{ rate: number; ttftMs: number }> {
   let tokens = 0;
   const ttfts: number[] = [];
   const t0 = performance.now();
@@ -211,7 +211,7 @@ export async function streamPhase(url: string, key: string, streams: number, sec
         tokens += r.tokens;
         ttfts.push(r.ttft);
       }
-    }).concat(long ? [longOne()] : []),
+    }).concat(Array.from({ length: long ? (long.streams ?? 1) : 0 }, longOne)),
   );
   ttfts.sort((a, b) => a - b);
   return { rate: tokens / ((performance.now() - t0) / 1000), ttftMs: ttfts[ttfts.length >> 1] ?? NaN };
