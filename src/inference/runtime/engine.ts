@@ -155,6 +155,7 @@ export class Engine implements InferenceEngine {
           spin: cfg.threadsSpin ?? 'off',
           tokensPostIntervalMs: cfg.tokensPostIntervalMs ?? TOKENS_POST_INTERVAL_MS,
           kvSplit: cfg.kvSplit ?? true,
+          modelBytes: modelBytes(modelPath),
         }, c.id);
         const info: ServedModel = {
           id: c.id,

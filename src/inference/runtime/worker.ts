@@ -1,6 +1,5 @@
 import fs from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import v8 from 'node:v8';
 import { parentPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
@@ -194,7 +193,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   if (slotCache) {
     if (w.arch.kvType !== 'float32' || w.arch.logitsType !== 'float32') throw new Error('a slot-cache graph keeps a float32 cache and float32 logits');
     // A second run per step costs another pass over the weights on the CPU; on a GPU, another step's launches.
-    w.slots = new KvPools({ ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: onCpu }, weightBytesOf(msg.modelPath), msg.kvSplit && onCpu);
+    w.slots = new KvPools({ ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: onCpu }, msg.modelBytes, msg.kvSplit && onCpu);
   }
   if (msg.branchModelPath) {
     // The branch graph only makes scoring faster: a model whose branch graph does not load scores without it.
@@ -385,12 +384,6 @@ async function slotStep(rows: StepRow[]): Promise<Float32Array> {
   return logits!;
 }
 
-/** Bytes of a model graph's weights: its file and its external data files beside it (model.onnx_data, ...). */
-function weightBytesOf(modelPath: string): number {
-  const dir = path.dirname(modelPath);
-  const base = path.basename(modelPath);
-  return fs.readdirSync(dir).filter((f) => f.startsWith(base)).reduce((n, f) => n + fs.statSync(path.join(dir, f)).size, 0);
-}
 
 /** Whether a sequence has a cache here. */
 function cached(seq: number): boolean {
