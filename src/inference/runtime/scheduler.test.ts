@@ -65,4 +65,23 @@ describe('scheduler', () => {
     expect(kinds).toEqual(['3,4', '2,3', '8', '2,3']);
     await chat.return(undefined);
   });
+
+  it('sends a prompt into an idle model before generate returns, and prompts into a busy one together a turn later', async () => {
+    ensureDefaultModels({ modelsDir, sharedModelsDir: path.join(modelsDir, 'none') });
+    const text = new ModelText(path.join(modelsDir, 'random-llama'));
+    const { runner, steps, release } = gatedRunner();
+    const s = new Scheduler('m', runner, text, defaultEngineOptions, 512);
+    const req = (promptTokens: number[]) => s.generate({ promptTokens, maxTokens: 4, temperature: 0, topP: 1, stop: [] });
+    const lone = req([1, 10, 11]);
+    expect(steps.map((rows) => rows.length)).toEqual([1]);
+    // While it runs, two more arrive in one turn: they wait for the loop, and share its next step.
+    const two = [req([1, 12]), req([1, 13, 14, 15])];
+    expect(steps).toHaveLength(1);
+    const firsts = [lone, ...two].map((g) => g.next());
+    await release();
+    await release();
+    await Promise.all(firsts);
+    expect(steps.map((rows) => rows.map((r) => r.tokens.length).join(','))).toEqual(['3', '2,4']);
+    for (const g of [lone, ...two]) await g.return(undefined);
+  });
 });
