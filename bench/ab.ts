@@ -23,9 +23,15 @@ const seconds = Number(args.get('seconds') ?? 2);
 const WARM_SECONDS = 0.3;
 const opts = { model, maxTokens: Number(args.get('tokens') ?? 64), firstToken: args.get('ttft') === 'first-token' };
 const LONG_STORY = 'Once upon a time there was a little girl named Lily who loved to play in the park with her friends and her dog';
-const longWords = Number(args.get('long-prompt-words') ?? 0);
+/** A flag that must be a whole number of at least `min`: a typo stops the run instead of quietly measuring something else. */
+function count(flag: string, fallback: number, min: number): number {
+  const v = Number(args.get(flag) ?? fallback);
+  if (!Number.isInteger(v) || v < min) throw new Error(`--${flag}: a whole number of at least ${min} (got ${args.get(flag)})`);
+  return v;
+}
+const longWords = count('long-prompt-words', 0, 0);
 const storyWords = LONG_STORY.split(' ');
-const long = longWords > 0 ? { prompt: Array.from({ length: longWords }, (_, i) => storyWords[i % storyWords.length]).join(' '), maxTokens: Number(args.get('long-tokens') ?? 256), streams: Number(args.get('long-streams') ?? 1) } : undefined;
+const long = longWords > 0 ? { prompt: Array.from({ length: longWords }, (_, i) => storyWords[i % storyWords.length]).join(' '), maxTokens: count('long-tokens', 256, 1), streams: count('long-streams', 1, 1) } : undefined;
 
 type Daemons = typeof import('../test/daemon.js');
 
