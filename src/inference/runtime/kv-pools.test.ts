@@ -83,6 +83,37 @@ describe('KvPools', () => {
     expect(maxErr()).toBeLessThan(TOL);
   });
 
+  it('matches the reference through random joins, prompts, decode steps and leaves, moving sequences both ways', async () => {
+    const { pools, step, tok, maxErr } = await setup(true);
+    let seed = 11;
+    const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31), seed % n);
+    const live = new Map<number, number>(); // sequence -> positions
+    let next = 1;
+    let split = 0;
+    for (let i = 0; i < 80; i++) {
+      const r = rand(10);
+      if ((r < 2 && live.size < 6) || live.size === 0) {
+        // A new sequence: a short prompt, or now and then a long one.
+        const n = rand(4) === 0 ? 40 + rand(60) : 1 + rand(8);
+        live.set(next, n);
+        await step([{ seq: next, tokens: tok(n, next++) }]);
+      } else if (r === 2 && live.size > 1) {
+        const gone = [...live.keys()][rand(live.size)]!;
+        expect(pools.delete(gone)).toBe(true);
+        live.delete(gone);
+      } else {
+        // Decode the live sequences that have room, some of them or all.
+        const rows = [...live].filter(([, len]) => len < 150 && rand(5) > 0).map(([seq]) => seq);
+        if (!rows.length) continue;
+        if ((await step(rows.map((seq) => ({ seq, tokens: tok(1, seq + i) })))) === 2) split++;
+        for (const seq of rows) live.set(seq, live.get(seq)! + 1);
+      }
+      for (const [seq, len] of live) expect(pools.len(seq)).toBe(len);
+    }
+    expect(split).toBeGreaterThan(0);
+    expect(maxErr()).toBeLessThan(TOL);
+  });
+
   it('keeps every sequence together when a second run would cost more than it saves, or when told to', async () => {
     for (const [split, weightBytes] of [
       [true, 10_000_000],
