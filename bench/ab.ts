@@ -9,9 +9,10 @@ import { benchArgs, benchKey, envOf, machine, pairSummary, streamPhase } from '.
 // the machine's minute. Prints each pair's B / A ratio, how many pairs B won, their median
 // and geometric mean.
 // Usage: node dist/bench/ab.js --model ID --models-dir DIR [--a 'K=V,K=V'] [--b 'K=V'] [--a-root DIR] [--b-root DIR]
-//   [--streams 1] [--rounds 20] [--seconds 2] [--tokens 64] [--ttft first-token] [--long-prompt-words N --long-tokens M --long-streams K]
-// --long-prompt-words: K streams more (default 1), whose prompt is a story of N words and which generate M
-// tokens (default 256) each request: long conversations beside the short ones (KV_SPLIT_LONG_ROWS).
+//   [--streams 1] [--rounds 20] [--seconds 2] [--tokens 64] [--ttft first-token] [--long-prompt-words N[,N2...] --long-tokens M --long-streams K]
+// --long-prompt-words: K streams more (default 1), whose prompt is a story of N words (stream i the i-th
+// of several lengths, in turn) and which generate M tokens (default 256) each request: long
+// conversations beside the short ones (KV_SPLIT_LONG_ROWS).
 // --a / --b: environment of each daemon; --a-root / --b-root: the checkout each runs (built), this one by default.
 
 const args = benchArgs();
@@ -29,9 +30,13 @@ function count(flag: string, fallback: number, min: number): number {
   if (!Number.isInteger(v) || v < min) throw new Error(`--${flag}: a whole number of at least ${min} (got ${args.get(flag)})`);
   return v;
 }
-const longWords = count('long-prompt-words', 0, 0);
+const longWords = (args.get('long-prompt-words') ?? '0').split(',').map((w) => {
+  const v = Number(w);
+  if (!Number.isInteger(v) || v < 0) throw new Error(`--long-prompt-words: whole numbers of words, comma-separated (got ${w})`);
+  return v;
+});
 const storyWords = LONG_STORY.split(' ');
-const long = longWords > 0 ? { prompt: Array.from({ length: longWords }, (_, i) => storyWords[i % storyWords.length]).join(' '), maxTokens: count('long-tokens', 256, 1), streams: count('long-streams', 1, 1) } : undefined;
+const long = longWords.some((w) => w > 0) ? { prompts: longWords.map((w) => Array.from({ length: w }, (_, i) => storyWords[i % storyWords.length]).join(' ')), maxTokens: count('long-tokens', 256, 1), streams: count('long-streams', 1, 1) } : undefined;
 
 type Daemons = typeof import('../test/daemon.js');
 
@@ -49,7 +54,7 @@ async function main() {
   const b = await start('b');
   try {
     const url = (s: typeof a) => `${s.d.inferenceUrl}/v1/chat/completions`;
-    console.log(`machine: ${machine()}\nmodel ${model}, ${streams} stream(s)${long ? ` and ${long.streams} of a ${longWords}-word prompt generating ${long.maxTokens} tokens` : ''}, ${rounds} pairs of ${seconds} s phases (order alternating)\nA: ${a.label}\nB: ${b.label}`);
+    console.log(`machine: ${machine()}\nmodel ${model}, ${streams} stream(s)${long ? ` and ${long.streams} of a ${longWords.join(' / ')}-word prompt generating ${long.maxTokens} tokens` : ''}, ${rounds} pairs of ${seconds} s phases (order alternating)\nA: ${a.label}\nB: ${b.label}`);
     const res = { a: [] as Array<{ rate: number; ttftMs: number }>, b: [] as Array<{ rate: number; ttftMs: number }> };
     for (let r = 0; r < rounds; r++) {
       for (const side of r % 2 ? (['b', 'a'] as const) : (['a', 'b'] as const)) {

@@ -191,16 +191,16 @@ export function chatStream(url: string, key: string, prompt: string, o: ChatStre
 /** One phase of streaming: `streams` clients back to back for `secs` (prompt `Once upon a time <i>`); tokens/s and TTFT p50. */
 /**
  * `streams` clients streaming for `secs`, each sending its next request when the last ends; with
- * `long`, `long.streams` clients more (default 1) send a long prompt and generate `long.maxTokens`
+ * `long`, `long.streams` clients more (default 1) send a long prompt (client i the i-th of `long.prompts`, in turn) and generate `long.maxTokens`
  * (long conversations beside short ones); their tokens count too, their time to first token does not.
  */
-export async function streamPhase(url: string, key: string, streams: number, secs: number, o: ChatStreamOptions, long?: { prompt: string; maxTokens: number; streams?: number }): Promise<{ rate: number; ttftMs: number }> {
+export async function streamPhase(url: string, key: string, streams: number, secs: number, o: ChatStreamOptions, long?: { prompts: string[]; maxTokens: number; streams?: number }): Promise<{ rate: number; ttftMs: number }> {
   let tokens = 0;
   const ttfts: number[] = [];
   const t0 = performance.now();
-  const longOne = async () => {
+  const longOne = async (_: unknown, i: number) => {
     while (performance.now() - t0 < secs * 1000) {
-      const r = await chatStream(url, key, long!.prompt, { ...o, maxTokens: long!.maxTokens });
+      const r = await chatStream(url, key, long!.prompts[i % long!.prompts.length]!, { ...o, maxTokens: long!.maxTokens });
       tokens += r.tokens; // not `tokens += await ...`: that reads the sum before the await and drops the other streams' tokens
     }
   };

@@ -131,10 +131,10 @@ const envSchema = z.object({
   // wakes that thread, ~0.1 ms of a 1.6 ms step at one stream of m25 int4. 0 posts every
   // step (runtime/token-posts.ts, bench/README.md "Token posts").
   TOKENS_POST_INTERVAL_MS: int(0, 1_000).default(TOKENS_POST_INTERVAL_MS),
-  // A chat model's sequences far longer than the others keep their cache apart, and a step runs
-  // each cache's rows as its own run of the graph (on the CPU): every row of a cache reads its
-  // longest sequence's length, so 15 short rows beside one of 900 positions stepped 2.9x slower
-  // (m25 int4). `false` keeps them together (runtime/kv-pools.ts, bench/README.md "Long rows apart").
+  // A chat model's sequences are kept in up to four KV caches by length, and a step runs each
+  // cache's rows as its own run of the graph (on the CPU): every row of a cache reads its longest
+  // sequence's length, so 15 short rows beside one of 900 positions stepped 2.9x slower (m25
+  // int4). `false` keeps them in one (runtime/kv-pools.ts, bench/README.md "Long rows apart").
   KV_SPLIT_LONG_ROWS: bool.default(true),
   // Default rate limits per API key and model (0 = unlimited); per-key overrides are set on the key.
   // 600 requests and 1M tokens a minute: well above one interactive user, low enough that one

@@ -48,16 +48,16 @@ describe('KvPools', () => {
     expect(await step(shorts.map((seq) => ({ seq, tokens: tok(5, seq) })))).toBe(1);
     // A long prompt arrives: it starts in a cache of its own, so the short rows keep reading 64 positions.
     expect(await step([{ seq: 9, tokens: tok(100, 9) }])).toBe(1);
-    expect(pools.far.has(9)).toBe(true);
+    expect(pools.caches[1]!.has(9)).toBe(true);
     expect(pools.near.cap).toBe(64);
     for (let i = 0; i < 3; i++) expect(await step([...shorts, 9].map((seq) => ({ seq, tokens: tok(1, seq + i) })))).toBe(2);
     expect(pools.near.cap).toBe(64);
-    expect(pools.far.cap).toBeGreaterThanOrEqual(104);
+    expect(pools.caches[1]!.cap).toBeGreaterThanOrEqual(104);
     // The short ones grow up to the long one's capacity (it waits): one cache again, its keys and values copied back.
     let runs = 2;
-    for (let i = 0; pools.far.live && i < 120; i++) runs = await step(shorts.map((seq) => ({ seq, tokens: tok(1, seq * 3 + i) })));
-    expect(pools.far.live).toBe(0);
-    expect(pools.far.bytes).toBe(0);
+    for (let i = 0; pools.caches[1]!.live && i < 120; i++) runs = await step(shorts.map((seq) => ({ seq, tokens: tok(1, seq * 3 + i) })));
+    expect(pools.caches[1]!.live).toBe(0);
+    expect(pools.caches[1]!.bytes).toBe(0);
     expect(runs).toBe(1);
     expect(await step([...shorts, 9].map((seq) => ({ seq, tokens: tok(1, seq) })))).toBe(1);
     expect(maxErr()).toBeLessThan(TOL);
@@ -68,18 +68,30 @@ describe('KvPools', () => {
     await step([1, 2, 3].map((seq) => ({ seq, tokens: tok(4, seq) })));
     // Sequence 1 takes a long second turn: 90 more positions in one step, which would grow every row's capacity.
     expect(await step([{ seq: 1, tokens: tok(90, 1) }])).toBe(1);
-    expect(pools.far.has(1)).toBe(true);
+    expect(pools.caches[1]!.has(1)).toBe(true);
     expect(pools.near.cap).toBe(64);
     expect(await step([1, 2, 3].map((seq) => ({ seq, tokens: tok(1, seq + 5) })))).toBe(2);
-    const farBytes = pools.far.bytes;
-    expect(farBytes).toBe(2 * 2 * 1 * pools.far.cap * 4 * 4 * 4); // one slot: K and V, 2 layers, 4 kv heads, head size 4
+    const farBytes = pools.caches[1]!.bytes;
+    expect(farBytes).toBe(2 * 2 * 1 * pools.caches[1]!.cap * 4 * 4 * 4); // one slot: K and V, 2 layers, 4 kv heads, head size 4
     expect(pools.delete(1)).toBe(true);
-    expect(pools.far.bytes).toBe(farBytes);
+    expect(pools.caches[1]!.bytes).toBe(farBytes);
     expect(await step([2, 3].map((seq) => ({ seq, tokens: tok(1, seq) })))).toBe(1);
     pools.delete(2);
     pools.delete(3);
     expect(pools.release()).toBe(true);
     expect(pools.bytes).toBe(0);
+    expect(maxErr()).toBeLessThan(TOL);
+  });
+
+  it('keeps sequences of three lengths in three caches, each row reading about its own length', async () => {
+    const { pools, step, tok, maxErr } = await setup(true, 200);
+    await step([1, 2, 3, 4].map((seq) => ({ seq, tokens: tok(5, seq) })));
+    await step([5, 6, 7].map((seq) => ({ seq, tokens: tok(90, seq) })));
+    await step([{ seq: 8, tokens: tok(150, 8) }]);
+    expect(await step([1, 2, 3, 4, 5, 6, 7, 8].map((seq) => ({ seq, tokens: tok(1, seq + 1) })))).toBe(3);
+    expect(pools.caches.map((c) => c.live)).toEqual([4, 3, 1, 0]);
+    expect(pools.caches[0]!.cap).toBe(64);
+    expect(pools.caches[1]!.cap).toBeLessThan(pools.caches[2]!.cap);
     expect(maxErr()).toBeLessThan(TOL);
   });
 
@@ -123,7 +135,7 @@ describe('KvPools', () => {
       await step([1, 2, 3].map((seq) => ({ seq, tokens: tok(5, seq) })));
       expect(await step([{ seq: 9, tokens: tok(100, 9) }])).toBe(1);
       expect(await step([1, 2, 3, 9].map((seq) => ({ seq, tokens: tok(1, seq) })))).toBe(1);
-      expect(pools.far.live).toBe(0);
+      expect(pools.near.live).toBe(pools.live);
       expect(pools.near.cap).toBeGreaterThanOrEqual(106);
       expect(maxErr()).toBeLessThan(TOL);
     }
