@@ -63,7 +63,7 @@ describe('KvPools', () => {
     expect(maxErr()).toBeLessThan(TOL);
   });
 
-  it('moves a sequence from the near cache when it outgrows the others; the far cache keeps its buffer for the next until released', async () => {
+  it('moves a sequence from the near cache when it outgrows the others; its cache keeps its buffer for the next until released', async () => {
     const { pools, step, tok, maxErr } = await setup(true);
     await step([1, 2, 3].map((seq) => ({ seq, tokens: tok(4, seq) })));
     // Sequence 1 takes a long second turn: 90 more positions in one step, which would grow every row's capacity.
