@@ -24,17 +24,20 @@ const seconds = Number(args.get('seconds') ?? 2);
 const WARM_SECONDS = 0.3;
 const opts = { model, maxTokens: Number(args.get('tokens') ?? 64), firstToken: args.get('ttft') === 'first-token' };
 const LONG_STORY = 'Once upon a time there was a little girl named Lily who loved to play in the park with her friends and her dog';
-/** A flag that must be a whole number of at least `min`: a typo stops the run instead of quietly measuring something else. */
-function count(flag: string, fallback: number, min: number): number {
-  const v = Number(args.get(flag) ?? fallback);
-  if (!Number.isInteger(v) || v < min) throw new Error(`--${flag}: a whole number of at least ${min} (got ${args.get(flag)})`);
-  return v;
+/** A flag of comma-separated whole numbers of at least `min`: a typo stops the run instead of quietly measuring something else. */
+function counts(flag: string, fallback: number, min: number): number[] {
+  return (args.get(flag) ?? String(fallback)).split(',').map((w) => {
+    const v = Number(w);
+    if (!Number.isInteger(v) || v < min) throw new Error(`--${flag}: whole numbers of at least ${min}, comma-separated (got ${w})`);
+    return v;
+  });
 }
-const longWords = (args.get('long-prompt-words') ?? '0').split(',').map((w) => {
-  const v = Number(w);
-  if (!Number.isInteger(v) || v < 0) throw new Error(`--long-prompt-words: whole numbers of words, comma-separated (got ${w})`);
-  return v;
-});
+const count = (flag: string, fallback: number, min: number): number => {
+  const [v, ...more] = counts(flag, fallback, min);
+  if (more.length) throw new Error(`--${flag}: one number (got ${args.get(flag)})`);
+  return v!;
+};
+const longWords = counts('long-prompt-words', 0, 0);
 const storyWords = LONG_STORY.split(' ');
 const long = longWords.some((w) => w > 0) ? { prompts: longWords.map((w) => Array.from({ length: w }, (_, i) => storyWords[i % storyWords.length]).join(' ')), maxTokens: count('long-tokens', 256, 1), streams: count('long-streams', 1, 1) } : undefined;
 

@@ -188,9 +188,9 @@ export function chatStream(url: string, key: string, prompt: string, o: ChatStre
   });
 }
 
-/** One phase of streaming: `streams` clients back to back for `secs` (prompt `Once upon a time <i>`); tokens/s and TTFT p50. */
 /**
- * `streams` clients streaming for `secs`, each sending its next request when the last ends; with
+ * One phase of streaming: `streams` clients back to back for `secs` (prompt `Once upon a time <i>`),
+ * each sending its next request when the last ends; tokens/s and TTFT p50. With
  * `long`, `long.streams` clients more (default 1) send a long prompt (client i the i-th of `long.prompts`, in turn) and generate `long.maxTokens`
  * (long conversations beside short ones); their tokens count too, their time to first token does not.
  */

@@ -65,6 +65,21 @@ export function slotCapacityFor(positions: number, from: number, positionsMax: n
 /** A fresh cache's capacity for `positions` (what a sequence of that many needs, rounded as the cache grows). */
 export const freshSlotCapacity = (positions: number, positionsMax: number): number => slotCapacityFor(positions, SLOT_CAPACITY_MIN_POSITIONS, positionsMax);
 
+/**
+ * Copies each of `heads` heads' first `len` positions (of `headDim` floats) of a slot: from `src` at
+ * float `from`, a slot of `fromCap` positions a head, to `dst` at `to`, one of `toCap`. What lies
+ * past a slot's length is hidden by cache_bias (and finite: buffers start zeroed and only ever hold
+ * keys and values), so moves copy filled positions only: at a capacity grown by a long sequence a
+ * whole slot of m25 is 1.8 MB a buffer, 29 MB for the 16.
+ */
+function copyHeads(heads: number, headDim: number, len: number, src: Float32Array, from: number, fromCap: number, dst: Float32Array, to: number, toCap: number): void {
+  for (let h = 0; h < heads; h++) {
+    const [a, b] = [from + h * fromCap * headDim, to + h * toCap * headDim];
+    if (src === dst) dst.copyWithin(b, a, a + len * headDim);
+    else dst.set(src.subarray(a, a + len * headDim), b);
+  }
+}
+
 export class KvSlots {
   private k: Float32Array[] = [];
   private v: Float32Array[] = [];
@@ -165,8 +180,7 @@ export class KvSlots {
     const kept = (need: number) => Math.max(KEPT_CAPACITY_MAX_POSITIONS, KEPT_CAPACITY_OVER_NEED_MAX * need);
     // The live sequences' lengths are read (every step: no allocation) only when the step's own need leaves room to shrink.
     if (this.cap > kept(positions)) {
-      let need = positions;
-      for (const len of this.lenAt) need = Math.max(need, len);
+      const need = Math.max(positions, this.longest);
       if (this.cap > kept(need)) {
         let slots = this.slotsMin;
         while (slots < this.seqAt.length) slots *= 2;
@@ -209,12 +223,10 @@ export class KvSlots {
     // Room for its next position too, unless it has reached the model's last (it is ending).
     to.reserve(Math.min(len + 1, this.layout.positionsMax));
     const { kvHeads: H, headDim: D } = this.layout;
-    const [src, dst, s, t] = [from * this.stride(), to.slotOf.get(seq)! * to.stride(), this.cap, to.cap];
+    const [src, dst] = [from * this.stride(), to.slotOf.get(seq)! * to.stride()];
     for (let l = 0; l < this.layout.layers; l++) {
-      for (let h = 0; h < H; h++) {
-        to.k[l]!.set(this.k[l]!.subarray(src + h * s * D, src + (h * s + len) * D), dst + h * t * D);
-        to.v[l]!.set(this.v[l]!.subarray(src + h * s * D, src + (h * s + len) * D), dst + h * t * D);
-      }
+      copyHeads(H, D, len, this.k[l]!, src, this.cap, to.k[l]!, dst, to.cap);
+      copyHeads(H, D, len, this.v[l]!, src, this.cap, to.v[l]!, dst, to.cap);
     }
     to.lenAt[to.slotOf.get(seq)!] = len;
     this.delete(seq);
@@ -274,26 +286,20 @@ export class KvSlots {
     }
   }
 
-  // Moves copy each head's filled positions only: what lies past a slot's length is hidden by
-  // cache_bias (and finite: buffers start zeroed and only ever hold keys and values), and at a
-  // capacity grown by a long sequence a whole slot of m25 is 1.8 MB a buffer, 29 MB for the 16.
-
   private move(from: number, to: number): void {
-    const [s, D, cap, len] = [this.stride(), this.layout.headDim, this.cap, this.lenAt[from]!];
-    for (const buf of [...this.k, ...this.v]) {
-      for (let h = 0; h < this.layout.kvHeads; h++) buf.copyWithin(to * s + h * cap * D, from * s + h * cap * D, from * s + (h * cap + len) * D);
-    }
+    const [s, len, { kvHeads: H, headDim: D }] = [this.stride(), this.lenAt[from]!, this.layout];
+    for (const buf of [...this.k, ...this.v]) copyHeads(H, D, len, buf, from * s, this.cap, buf, to * s, this.cap);
     this.relabel(to, this.seqAt[from]!, len);
   }
 
   private swap(a: number, b: number): void {
-    const [s, D, cap, H] = [this.stride(), this.layout.headDim, this.cap, this.layout.kvHeads];
+    const [s, cap, { kvHeads: H, headDim: D }] = [this.stride(), this.cap, this.layout];
     const [lenA, lenB] = [this.lenAt[a]!, this.lenAt[b]!];
     if (this.scratch.length < H * lenA * D) this.scratch = new Float32Array(s);
     for (const buf of [...this.k, ...this.v]) {
-      for (let h = 0; h < H; h++) this.scratch.set(buf.subarray(a * s + h * cap * D, a * s + (h * cap + lenA) * D), h * lenA * D);
-      for (let h = 0; h < H; h++) buf.copyWithin(a * s + h * cap * D, b * s + h * cap * D, b * s + (h * cap + lenB) * D);
-      for (let h = 0; h < H; h++) buf.set(this.scratch.subarray(h * lenA * D, (h + 1) * lenA * D), b * s + h * cap * D);
+      copyHeads(H, D, lenA, buf, a * s, cap, this.scratch, 0, lenA);
+      copyHeads(H, D, lenB, buf, b * s, cap, buf, a * s, cap);
+      copyHeads(H, D, lenA, this.scratch, 0, lenA, buf, b * s, cap);
     }
     const seqA = this.seqAt[a]!;
     this.relabel(a, this.seqAt[b]!, lenB);
@@ -313,10 +319,7 @@ export class KvSlots {
     const re = (old: Float32Array | undefined) => {
       const n = new Float32Array(slots * newStride);
       if (old) {
-        for (let slot = 0; slot < this.seqAt.length; slot++) {
-          const len = this.lenAt[slot]!;
-          for (let h = 0; h < H; h++) n.set(old.subarray(slot * oldStride + h * oldCap * D, slot * oldStride + (h * oldCap + len) * D), slot * newStride + h * cap * D);
-        }
+        for (let slot = 0; slot < this.seqAt.length; slot++) copyHeads(H, D, this.lenAt[slot]!, old, slot * oldStride, oldCap, n, slot * newStride, cap);
       }
       return n;
     };
