@@ -26,7 +26,8 @@ export const repoRoot = findRoot();
 
 export interface Started extends DaemonInfo {
   proc: ChildProcess;
-  exited: Promise<number | null>;
+  /** The exit code, or the signal's name when a signal ended the process (a crash names itself). */
+  exited: Promise<number | NodeJS.Signals>;
 }
 
 export async function startDaemon(env: Record<string, string> = {}, dataDir?: string): Promise<Started> {
@@ -60,8 +61,8 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir?: st
     stdio: ['ignore', out, out],
   });
   fs.closeSync(out);
-  let exitCode: number | null | undefined;
-  const exited = new Promise<number | null>((r) => proc.on('exit', (code) => r((exitCode = code))));
+  let exitCode: number | NodeJS.Signals | undefined;
+  const exited = new Promise<number | NodeJS.Signals>((r) => proc.on('exit', (code, signal) => r((exitCode = code ?? signal!))));
   const ports = await new Promise<{ platformPort: number; inferencePort: number }>((resolve, reject) => {
     const fail = (e: Error) => {
       proc.kill('SIGTERM');
@@ -120,7 +121,7 @@ export async function fundedKey(d: DaemonInfo, funds: number, permissions = ['in
   return { userId: u.id, key: k.key };
 }
 
-export async function stopDaemon(d: Started, signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
+export async function stopDaemon(d: Started, signal: NodeJS.Signals = 'SIGTERM'): Promise<number | NodeJS.Signals> {
   if (d.proc.exitCode === null) d.proc.kill(signal);
   const code = await d.exited;
   assertResponsesMatchSchemas(d.logFile);

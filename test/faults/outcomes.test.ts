@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fundedKey, startDaemon, stopDaemon, type Started } from '../daemon.js';
 
@@ -67,6 +68,7 @@ describe('failures told as failures', () => {
     const told = texts.map((t) => frames(t).at(-1)).filter((e) => typeof e === 'object' && (e as { error?: unknown }).error);
     expect(told.length).toBeGreaterThan(0);
     for (const e of told) expect(e).toMatchObject({ error: { type: 'server_error', code: 'shutting_down' } });
-    expect(await d.exited).toBe(0);
+    const code = await d.exited;
+    expect(code, `daemon exit; its log's end:\n${fs.readFileSync(d.logFile, 'utf8').slice(-4000)}`).toBe(0);
   }, 30_000);
 });
