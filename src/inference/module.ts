@@ -30,6 +30,7 @@ export const inferenceModule: Module = {
       prefillSession: c.ORT_PREFILL_SESSION,
       tokensPostIntervalMs: c.TOKENS_POST_INTERVAL_MS,
       kvSplit: c.KV_SPLIT_LONG_ROWS,
+      replicas: c.MODEL_REPLICAS,
       options: { admissionWaitMsMax: c.ADMISSION_WAIT_MS_MAX },
       dtype: c.MODEL_DTYPE,
     });

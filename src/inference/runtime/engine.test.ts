@@ -351,6 +351,37 @@ describe('engine with a one-thread and a spinning session beside the every-core 
   });
 });
 
+describe('engine with two replicas of a chat model (MODEL_REPLICAS)', () => {
+  it('spreads concurrent requests over both workers and gives the same greedy tokens as one', async () => {
+    const two = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 2, narrowSession: true, replicas: 2, options: { batchSizeMax: 32 } });
+    try {
+      const schedulers = (two as unknown as { models: Map<string, { replicas: Array<{ scheduler: { load(): number } }> }> }).models.get(gen())!.replicas.map((r) => r.scheduler);
+      expect(schedulers).toHaveLength(2);
+      // Two requests in flight at once: one on each replica (the first event of each means it was admitted).
+      const adjust = { bias: [[2, -100]] as const, presence: 0, frequency: 0 };
+      const its = [1, 2].map((i) => two.generate(gen(), { promptTokens: prompt(i), maxTokens: 30, temperature: 0, topP: 1, stop: [], adjust }));
+      const firsts = await Promise.all(its.map((it) => it.next()));
+      expect(schedulers.map((s) => s.load())).toEqual([1, 1]);
+      const rest = await Promise.all(
+        its.map(async (it, k) => {
+          const first = firsts[k]!.value as GenerateEvent;
+          return [...(first.type === 'delta' ? first.tokenIds : []), ...(await collect(it)).ids];
+        }),
+      );
+      const want = await Promise.all([1, 2].map((i) => collect(greedy(prompt(i), 30, { adjust }))));
+      expect(rest).toEqual(want.map((g) => g.ids));
+      // Four at once, two a replica, each replica stepping on one thread beside the other: the same tokens.
+      const many = [3, 4, 5, 6].map((i) => prompt(i));
+      const got = await Promise.all(many.map((p) => collect(two.generate(gen(), { promptTokens: p, maxTokens: 30, temperature: 0, topP: 1, stop: [], adjust }))));
+      const ref = await Promise.all(many.map((p) => collect(greedy(p, 30, { adjust }))));
+      expect(got.map((g) => g.ids)).toEqual(ref.map((g) => g.ids));
+      expect(schedulers.map((s) => s.load())).toEqual([0, 0]);
+    } finally {
+      await two.close();
+    }
+  });
+});
+
 describe('engine token posts', () => {
   it('posts a fast decode run a few steps at a time, with the same tokens, in order, as a post per step', async () => {
     // Count the worker's token posts and the steps they carry, on the runner's side.

@@ -7,6 +7,7 @@ import type { ChatMessage, GenerateEvent, GenerateRequest, InferenceEngine, Scor
 import { engineMetrics } from './metrics.js';
 import { defaultEngineOptions, type EngineOptions } from './options.js';
 import { Runner } from './runner.js';
+import { pickReplica, replicaShares } from './replicas.js';
 import { Scheduler } from './scheduler.js';
 import type { LoadedSessions } from './session-choice.js';
 import type { ThreadSpin } from './spin.js';
@@ -21,8 +22,8 @@ import { TOKENS_POST_INTERVAL_MS } from './token-posts.js';
 interface Loaded {
   info: ServedModel;
   text: ModelText;
-  runner: Runner;
-  scheduler: Scheduler;
+  /** The model's workers, each with its scheduler: one, or a chat model's MODEL_REPLICAS (replicas.ts). */
+  replicas: Array<{ runner: Runner; scheduler: Scheduler }>;
 }
 
 export interface EngineConfig {
@@ -45,6 +46,8 @@ export interface EngineConfig {
   prefillSession?: boolean;
   /** TOKENS_POST_INTERVAL_MS: how long a decode run's fast steps are held before their tokens are posted (token-posts.ts). */
   tokensPostIntervalMs?: number;
+  /** MODEL_REPLICAS: workers of each chat model on the CPU, its requests spread over them (replicas.ts); default 1. */
+  replicas?: number;
   /** KV_SPLIT_LONG_ROWS: a chat model's far longer sequences keep their cache apart and step as their own run (kv-pools.ts); default true. */
   kvSplit?: boolean;
   /** MODEL_DTYPE: the weight variant served by every folder that holds it, over cloudgate.json's `dtype` */
@@ -97,7 +100,7 @@ export function extraSessionsFor(modelFile: string, threads: number, dtype: Mode
   const fits = threads > 1 && small;
   const spinning = fits && allow.spinning && allow.spin === 'off';
   const prefill = small && allow.prefill && BLOCK_QUANTIZED_DTYPES.has(dtype);
-  return { narrow: fits && allow.narrow, spinning, prefill, prefillSpinning: spinning && prefill };
+  return { narrow: fits && allow.narrow, spinning, prefill, prefillSpinning: spinning && prefill, prefillNarrow: false };
 }
 
 /** The weight variant a folder serves: the daemon-wide choice where the folder has it, else its cloudgate.json's. */
@@ -140,14 +143,19 @@ export class Engine implements InferenceEngine {
         const tokenTexts = text.tokenTexts();
         const modelPath = path.join(dir, modelFileOf(dtype));
         const threads = cfg.intraOpThreads ?? threadsFor(modelPath);
-        const runner = await Runner.start({
+        const extra = extraSessions(cfg, modelPath, threads, dtype);
+        // Replicas step on one thread while another is busy: only where that session loads (or one thread is all there is).
+        const replicable = c.kind === 'chat' && cfg.executionProvider === 'cpu' && (extra.narrowSession || threads === 1);
+        const count = replicable ? (cfg.replicas ?? 1) : 1;
+        if (!replicable && (cfg.replicas ?? 1) > 1) log.info({ model: c.id, kind: c.kind }, 'MODEL_REPLICAS: one worker for this model (replicas are for chat models on the CPU with a one-thread session)');
+        const init = {
           tokenTexts,
           modelPath,
           branchModelPath: c.kind === 'evaluation' && fs.existsSync(branchPath) ? branchPath : undefined,
           executionProvider: cfg.executionProvider,
           strict: cfg.strict,
           intraOpThreads: threads,
-          ...extraSessions(cfg, modelPath, threads, dtype),
+          ...extra,
           positionsMax: c.contextLength,
           joinedStepTokensMax: opts.prefillTokensPerStepMax,
           nice: cfg.threadsNice ?? 0,
@@ -156,7 +164,14 @@ export class Engine implements InferenceEngine {
           tokensPostIntervalMs: cfg.tokensPostIntervalMs ?? TOKENS_POST_INTERVAL_MS,
           kvSplit: cfg.kvSplit ?? true,
           modelBytes: modelBytes(modelPath),
-        }, c.id);
+        };
+        const replicas: Loaded['replicas'] = [];
+        // One after another: each worker's warm-up measures its sessions on cores the others leave idle.
+        for (const replica of count > 1 ? replicaShares(count) : [undefined]) {
+          const runner = await Runner.start({ ...init, replica }, c.id);
+          replicas.push({ runner, scheduler: new Scheduler(c.id, runner, text, opts, c.contextLength) });
+        }
+        const runner = replicas[0]!.runner;
         const info: ServedModel = {
           id: c.id,
           kind: c.kind,
@@ -170,9 +185,9 @@ export class Engine implements InferenceEngine {
           ownedBy: c.ownedBy,
           created: c.created,
         };
-        models.set(c.id, { info, text, runner, scheduler: new Scheduler(c.id, runner, text, opts, c.contextLength) });
+        models.set(c.id, { info, text, replicas });
         engineMetrics.modelInfo.set({ model: c.id, provider: runner.arch.provider, dtype });
-        log.info({ model: c.id, kind: c.kind, dtype, provider: runner.arch.provider, arch: runner.arch }, 'model loaded');
+        log.info({ model: c.id, kind: c.kind, dtype, provider: runner.arch.provider, arch: runner.arch, replicas: count > 1 ? count : undefined }, 'model loaded');
       } catch (e) {
         // One broken folder must not keep the others from serving.
         log.error({ dir, err: e }, 'model folder skipped');
@@ -231,14 +246,14 @@ export class Engine implements InferenceEngine {
   }
 
   generate(modelId: string, req: GenerateRequest): AsyncGenerator<GenerateEvent> {
-    return this.get(modelId).scheduler.generate(req);
+    return pickReplica(this.get(modelId).replicas.map((r) => r.scheduler)).generate(req);
   }
 
   scoreBranches(modelId: string, req: ScoreRequest): Promise<ScoreResult> {
-    return this.get(modelId).scheduler.scoreBranches(req.prefixTokens, req.branches, req.signal);
+    return pickReplica(this.get(modelId).replicas.map((r) => r.scheduler)).scoreBranches(req.prefixTokens, req.branches, req.signal);
   }
 
   async close(): Promise<void> {
-    await Promise.all([...this.models.values()].map((m) => m.runner.close()));
+    await Promise.all([...this.models.values()].flatMap((m) => m.replicas.map((r) => r.runner.close())));
   }
 }

@@ -4,6 +4,7 @@
 // receives sampled tokens (and last-position logits for scoring), and a
 // decode run goes on step after step without waiting for the main thread.
 
+import type { ReplicaShare } from './replicas.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import type { Grammar } from '../grammar/grammar.js';
 import type { SessionKind } from './session-choice.js';
@@ -40,6 +41,8 @@ export interface InitMsg {
   modelBytes: number;
   /** The model's context length: no sequence's cache grows past it. */
   positionsMax: number;
+  /** This worker's place among the model's replicas (replicas.ts), when it has several. */
+  replica?: ReplicaShare;
   /**
    * Tokens (rows x the longest row) that joins pending together may share one step: the
    * scheduler's prefill budget while sequences decode (options.ts prefillTokensPerStepMax), so
@@ -52,7 +55,7 @@ export interface InitMsg {
 
 /** Forward passes the worker has run since it started, by session: every core sleeping (wide), one thread (narrow), every core spinning (spinning), the products as int8 ones (prefill), those on spinning threads (prefillSpinning). */
 export type ModelPasses = Record<SessionKind, number>;
-export const noPasses = (): ModelPasses => ({ wide: 0, narrow: 0, spinning: 0, prefill: 0, prefillSpinning: 0 });
+export const noPasses = (): ModelPasses => ({ wide: 0, narrow: 0, spinning: 0, prefill: 0, prefillSpinning: 0, prefillNarrow: 0 });
 
 export interface Arch {
   layers: number;

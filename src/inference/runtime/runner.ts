@@ -49,10 +49,15 @@ export class Runner {
   private readonly restarts: number[] = [];
   private closing = false;
 
+  /** Its metrics' labels: a model's replicas (replicas.ts) fold into one series (metrics.ts). */
+  readonly labels: { model: string; replica: number };
+
   private constructor(
     private readonly init: Omit<InitMsg, 'type'>,
     private readonly modelId: string,
-  ) {}
+  ) {
+    this.labels = { model: modelId, replica: init.replica?.index ?? 0 };
+  }
 
   static async start(init: Omit<InitMsg, 'type'>, modelId: string): Promise<Runner> {
     const r = new Runner(init, modelId);
@@ -102,17 +107,17 @@ export class Runner {
     while (this.restarts.length && now - this.restarts[0]! > WORKER_RESTART_WINDOW_MS) this.restarts.shift();
     if (this.restarts.length >= WORKER_RESTARTS_MAX) {
       this.down = err;
-      M.modelDown.set({ model: this.modelId }, true);
+      M.modelDown.set(this.labels, true);
       log.error({ model: this.modelId, restarts: this.restarts.length, windowMs: WORKER_RESTART_WINDOW_MS }, 'model worker keeps dying; the model stays down');
     } else {
       this.restarts.push(now);
-      M.workerRestarts.inc({ model: this.modelId });
+      M.workerRestarts.inc(this.labels);
       const t0 = performance.now();
       this.restarting = this.spawn().then(
         () => log.warn({ model: this.modelId, ms: Math.round(performance.now() - t0) }, 'model worker restarted'),
         (e) => {
           this.down = new WorkerLost(`model ${this.modelId}'s worker could not be restarted: ${(e as Error).message}`);
-          M.modelDown.set({ model: this.modelId }, true);
+          M.modelDown.set(this.labels, true);
           log.error({ model: this.modelId, err: e }, 'model worker could not be restarted; the model stays down');
         },
       );
@@ -128,10 +133,10 @@ export class Runner {
 
   private onReply(m: WorkerEvent): void {
     if (m.type === 'memory') {
-      M.workerMemory.set({ model: this.modelId }, m.heapUsedBytes, m.externalBytes);
+      M.workerMemory.set(this.labels, m.heapUsedBytes, m.externalBytes);
       // The worker frees an idle slot cache on its own (worker.ts KV_SLOTS_IDLE_RELEASE_MS): the gauge follows here.
       this.kvBytes = m.kvBytes;
-      M.kvBytes.set({ model: this.modelId }, m.kvBytes);
+      M.kvBytes.set(this.labels, m.kvBytes);
     }
     if (!('id' in m)) return;
     if (m.type === 'tokens') {
@@ -197,6 +202,7 @@ export class Runner {
     M.passes.inc({ model: this.modelId, threads: 'all_spinning' }, p.spinning - this.passesSeen.spinning);
     M.passes.inc({ model: this.modelId, threads: 'all_prefill' }, p.prefill - this.passesSeen.prefill);
     M.passes.inc({ model: this.modelId, threads: 'all_prefill_spinning' }, p.prefillSpinning - this.passesSeen.prefillSpinning);
+    M.passes.inc({ model: this.modelId, threads: 'one_prefill' }, p.prefillNarrow - this.passesSeen.prefillNarrow);
     this.passesSeen = { ...p };
   }
 

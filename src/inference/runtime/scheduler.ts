@@ -86,7 +86,7 @@ export class Scheduler {
   }
 
   private reportKvUsage(): void {
-    M.kvUsage.set({ model: this.modelId }, kvCacheUsage(this.kvPositionsHeld(), this.opts.batchSizeMax, this.contextLength));
+    M.kvUsage.set(this.runner.labels, kvCacheUsage(this.kvPositionsHeld(), this.opts.batchSizeMax, this.contextLength));
   }
 
   private slotsUsed(): number {
@@ -108,6 +108,16 @@ export class Scheduler {
     return rate === undefined ? Infinity : ((ahead + 1) * 1000) / rate;
   }
 
+  /** Requests this scheduler holds, running and waiting: how replicas.ts's pickReplica weighs it. */
+  load(): number {
+    return this.slotsUsed() + this.waiting.length;
+  }
+
+  /** Whether its model's worker is up or coming back. */
+  get alive(): boolean {
+    return this.runner.alive;
+  }
+
   private admit(seq: Seq): void {
     if (!this.runner.alive) {
       throw new EngineRefused(`model ${this.modelId} is down: its worker kept dying (see the daemon's log); the other models still serve`, 'model_down');
@@ -116,7 +126,7 @@ export class Scheduler {
       throw new EngineRefused(`model ${this.modelId} has ${this.waiting.length} requests waiting, its limit; retry shortly`, 'queue_full', 1000);
     }
     const waitMs = this.estimatedWaitMs();
-    M.admissionWait.set({ model: this.modelId }, Number.isFinite(waitMs) ? waitMs / 1000 : -1);
+    M.admissionWait.set(this.runner.labels, Number.isFinite(waitMs) ? waitMs / 1000 : -1);
     if (waitMs > this.opts.admissionWaitMsMax) {
       const about = Number.isFinite(waitMs) ? `about ${Math.round(waitMs / 1000)} s` : 'longer than any bound (no request has ended lately)';
       throw new EngineRefused(
@@ -137,12 +147,12 @@ export class Scheduler {
 
   private queue(seq: Seq): void {
     this.waiting.push(seq);
-    M.waiting.set({ model: this.modelId }, this.waiting.length);
+    M.waiting.set(this.runner.labels, this.waiting.length);
   }
 
   private unqueue(index: number): Seq {
     const [seq] = this.waiting.splice(index, 1);
-    M.waiting.set({ model: this.modelId }, this.waiting.length);
+    M.waiting.set(this.runner.labels, this.waiting.length);
     return seq!;
   }
 
@@ -198,7 +208,7 @@ export class Scheduler {
           seq.joining = false;
           seq.pending.splice(0, counts[b]);
           if (!seq.cancelled) {
-            M.promptTokens.inc({ model: this.modelId }, counts[b]!);
+            M.promptTokens.inc(this.runner.labels, counts[b]!);
             this.accept(seq, tokens[b]!, logprobs?.[b]);
           }
         });
@@ -354,8 +364,8 @@ export class Scheduler {
       while (true) {
         this.reap();
         while (this.waiting.length && this.slotsUsed() < this.opts.batchSizeMax) this.activate(this.unqueue(0));
-        M.waiting.set({ model: this.modelId }, this.waiting.length);
-        M.running.set({ model: this.modelId }, this.slotsUsed());
+        M.waiting.set(this.runner.labels, this.waiting.length);
+        M.running.set(this.runner.labels, this.slotsUsed());
         this.reportKvUsage();
         const decoding = [...this.active].filter((s) => s.gen && !s.gen.finished && s.pending.length === 1 && s.gen.produced > 0 && !this.paused(s));
         const prefilling = [...this.active].filter((s) => s.pending.length > 0 && !s.joining && !(s.gen && s.gen.produced > 0));
@@ -381,8 +391,8 @@ export class Scheduler {
       this.replan = undefined;
       this.joinRun = undefined;
       this.reap();
-      M.running.set({ model: this.modelId }, this.slotsUsed());
-      M.kvBytes.set({ model: this.modelId }, this.runner.kvBytes);
+      M.running.set(this.runner.labels, this.slotsUsed());
+      M.kvBytes.set(this.runner.labels, this.runner.kvBytes);
       this.reportKvUsage();
       if ([...this.active].some((s) => s.pending.length > 0 && !s.joining && !this.paused(s)) || (this.waiting.length && this.slotsUsed() < this.opts.batchSizeMax)) this.kick();
     }
@@ -445,7 +455,7 @@ export class Scheduler {
       const { seq, n } = rows[b]!;
       seq.pending.splice(0, n);
       // Counted per chunk: a prompt cancelled half-way was half run, and is billed so.
-      if (!seq.cancelled) M.promptTokens.inc({ model: this.modelId }, n);
+      if (!seq.cancelled) M.promptTokens.inc(this.runner.labels, n);
       if (seq.pending.length > 0 || seq.cancelled) continue;
       if (seq.gen) {
         this.accept(seq, tokens[b]!, logprobs?.[b]);

@@ -12,7 +12,7 @@
 // ("prefillSpinning": a chat prompt's). Where the crossings lie
 // depends on the model and the machine, so they are measured as the steps run.
 
-export type SessionKind = 'narrow' | 'wide' | 'spinning' | 'prefill' | 'prefillSpinning';
+export type SessionKind = 'narrow' | 'wide' | 'spinning' | 'prefill' | 'prefillSpinning' | 'prefillNarrow';
 
 /**
  * Steps of more tokens than this never run on one thread: one thread pays off only for the
@@ -126,10 +126,12 @@ export interface LoadedSessions {
   spinning: boolean;
   prefill: boolean;
   prefillSpinning: boolean;
+  /** The prefill graph on one thread, for a replica's steps while another replica steps too (replicas.ts). */
+  prefillNarrow: boolean;
 }
 
 /** Each kind's bit in a set of allowed sessions: a set is a small number, the key of its state below. */
-const KIND_BIT: Record<SessionKind, number> = { wide: 1, narrow: 2, spinning: 4, prefill: 8, prefillSpinning: 16 };
+const KIND_BIT: Record<SessionKind, number> = { wide: 1, narrow: 2, spinning: 4, prefill: 8, prefillSpinning: 16, prefillNarrow: 32 };
 const EXTRA_KINDS = ['narrow', 'spinning', 'prefill', 'prefillSpinning'] as const;
 const setOf = (kinds: readonly SessionKind[]): number => kinds.reduce((m, k) => m | KIND_BIT[k], 0);
 /** Every allowed set, one array each (the wide session first): a step asks for one and allocates nothing. */
@@ -139,8 +141,18 @@ for (let extra = 0; extra < 1 << EXTRA_KINDS.length; extra++) {
   SETS.set(setOf(kinds), kinds);
 }
 
+/** A crowded step's one-thread sessions (a set of one kind runs without being measured, SessionChoice.run). */
+const CROWDED_SETS: ReadonlyArray<readonly SessionKind[]> = [[], ['narrow'], ['prefillNarrow'], ['narrow', 'prefillNarrow']];
+
 /** The sessions a step may run on: `tokens` is rows x new tokens, `sequences` the sequences the model holds. */
-export function sessionsFor(tokens: number, sequences: number, loaded: LoadedSessions): readonly SessionKind[] {
+export function sessionsFor(tokens: number, sequences: number, loaded: LoadedSessions, crowded = false): readonly SessionKind[] {
+  // Another replica of the model is stepping too (replicas.ts): a step of few tokens takes one
+  // core, and no step spins on the cores the other one needs.
+  if (crowded) {
+    const one = (loaded.narrow && tokens <= NARROW_STEP_TOKENS_MAX ? 1 : 0) | (loaded.prefillNarrow && tokens >= PREFILL_STEP_TOKENS_MIN ? 2 : 0);
+    if (one) return CROWDED_SETS[one]!;
+    return SETS.get(KIND_BIT.wide | (loaded.prefill && tokens >= PREFILL_STEP_TOKENS_MIN ? KIND_BIT.prefill : 0))!;
+  }
   let set = KIND_BIT.wide;
   if (loaded.narrow && tokens <= NARROW_STEP_TOKENS_MAX) set |= KIND_BIT.narrow;
   if (loaded.spinning && sequences <= SPINNING_SEQUENCES_MAX) set |= KIND_BIT.spinning;
@@ -209,7 +221,7 @@ export class SessionChoice {
     let b = this.buckets.get(key);
     if (!b) {
       const none = (): Estimate => ({ runs: 0, recent: [] });
-      b = { est: { narrow: none(), wide: none(), spinning: none(), prefill: none(), prefillSpinning: none() }, current: new Map(), sinceRetry: new Map(), lastRetried: new Map(), ratios: new Map(), burst: undefined, long: false };
+      b = { est: { narrow: none(), wide: none(), spinning: none(), prefill: none(), prefillSpinning: none(), prefillNarrow: none() }, current: new Map(), sinceRetry: new Map(), lastRetried: new Map(), ratios: new Map(), burst: undefined, long: false };
       this.buckets.set(key, b);
     }
     return b;

@@ -10,6 +10,7 @@ import { KvPools } from './kv-pools.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
+import { ReplicaPeers } from './replicas.js';
 import { SessionChoice, sessionsFor, type LoadedSessions, type SessionKind } from './session-choice.js';
 import { inStepBudget } from './options.js';
 import { spinningSessionConfig, spinSessionConfig } from './spin.js';
@@ -36,7 +37,8 @@ interface WorkerState {
    * same graph on one intra-op thread, for steps of a few tokens; `spinning` the same graph on
    * every core with threads spinning while a run lasts, for steps while few sequences run;
    * `prefill` the graph with its block-quantized products as int8 ones, for steps of several rows (prefill-graph.ts);
-   * `prefillSpinning` that graph on spinning threads, for short steps while few sequences run.
+   * `prefillSpinning` that graph on spinning threads, for short steps while few sequences run;
+   * `prefillNarrow` that graph on one thread, for a replica's steps while another steps (replicas.ts).
    */
   byKind: Record<SessionKind, ort.InferenceSession | undefined>;
   /** Which of the extra sessions loaded; with any, `choice` picks a step's session. */
@@ -69,6 +71,8 @@ interface WorkerState {
   queue: Promise<void>;
   /** Forward passes so far by session, reported with every step's answer and decode run's end (metrics). */
   passes: ModelPasses;
+  /** The model's other replicas (replicas.ts): told this one's live sequences, asked whether they hold any. */
+  peers: ReplicaPeers;
 }
 // session, arch and store are set by init, the first message, before any other is handled.
 const w = {
@@ -87,12 +91,15 @@ const w = {
   busy: false,
   queue: Promise.resolve(),
   passes: noPasses(),
+  peers: new ReplicaPeers(),
 } as Partial<WorkerState> as WorkerState;
 
 async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void> {
   w.tokenTexts = msg.tokenTexts ?? [];
   w.tokensPostIntervalMs = msg.tokensPostIntervalMs;
   w.joinedStepTokensMax = msg.joinedStepTokensMax;
+  w.peers = new ReplicaPeers(msg.replica);
+  w.peers.publish(0); // a worker restarted in its place starts empty, whatever the last one held
   // On Linux a thread's niceness is its own (setpriority on "this process" acts on the calling
   // thread), and the threads onnxruntime starts next inherit it: the model yields the cores to
   // the HTTP thread, not the other way round. Elsewhere it would renice the whole daemon: left.
@@ -149,10 +156,10 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   // A file's prefill graph, made once for its sessions; undefined where it has no block-quantized
   // products to change: nothing to load.
   const prefillGraphs = new Map<string, Uint8Array | undefined>();
-  const prefillSessionOf = async (file: string, spinning = false) => {
+  const prefillSessionOf = async (file: string, options: ort.InferenceSession.SessionOptions = prefillOptions) => {
     if (!prefillGraphs.has(file)) prefillGraphs.set(file, prefillGraph(fs.readFileSync(file), await weightTypeHere()));
     const graph = prefillGraphs.get(file);
-    return graph ? ort.InferenceSession.create(graph, spinning ? { ...prefillOptions, extra: { session: spinningSessionConfig() } } : prefillOptions) : undefined;
+    return graph ? ort.InferenceSession.create(graph, options) : undefined;
   };
   // The extra sessions are CPU sessions: a model on a GPU provider runs every step on it.
   const onCpu = provider === 'cpu';
@@ -163,9 +170,12 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     spinning: onCpu && msg.spinningSession ? await extra('spinning session', 'steps run on sleeping threads', () => ort.InferenceSession.create(msg.modelPath, { ...cpu, extra: { session: spinningSessionConfig() } })) : undefined,
     prefill: onCpu && msg.prefillSession ? await extra('prefill session', 'long steps multiply as short ones do', () => prefillSessionOf(msg.modelPath)) : undefined,
     prefillSpinning:
-      onCpu && msg.prefillSession && msg.spinningSession ? await extra('spinning prefill session', 'short steps of several rows run on sleeping threads', () => prefillSessionOf(msg.modelPath, true)) : undefined,
+      onCpu && msg.prefillSession && msg.spinningSession ? await extra('spinning prefill session', 'short steps of several rows run on sleeping threads', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, extra: { session: spinningSessionConfig() } })) : undefined,
+    // Only a replica (replicas.ts) steps on one thread while another steps: each a core.
+    prefillNarrow:
+      onCpu && msg.prefillSession && msg.replica ? await extra('one-thread prefill session', 'a replica steps several rows on every core beside another', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, intraOpNumThreads: 1 })) : undefined,
   };
-  w.loaded = { narrow: !!w.byKind.narrow, spinning: !!w.byKind.spinning, prefill: !!w.byKind.prefill, prefillSpinning: !!w.byKind.prefillSpinning };
+  w.loaded = { narrow: !!w.byKind.narrow, spinning: !!w.byKind.spinning, prefill: !!w.byKind.prefill, prefillSpinning: !!w.byKind.prefillSpinning, prefillNarrow: !!w.byKind.prefillNarrow };
   if (Object.values(w.loaded).some(Boolean)) w.choice = new SessionChoice();
   const meta = w.session.inputMetadata;
   const slotCache = meta.some((m) => m.name === 'cache_bias');
@@ -214,7 +224,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
 }
 
 /** The sessions a branch step may run on: its graph as converted, and with its products as int8 ones for many tokens. */
-const BRANCH_SESSIONS: LoadedSessions = { narrow: false, spinning: false, prefill: true, prefillSpinning: false };
+const BRANCH_SESSIONS: LoadedSessions = { narrow: false, spinning: false, prefill: true, prefillSpinning: false, prefillNarrow: false };
 
 /**
  * The batch of the last step stays in the session's own output tensors: when
@@ -356,7 +366,9 @@ async function runModel(feeds: Record<string, ort.Tensor>, tokens: number): Prom
     w.passes.wide++;
     return w.session.run(feeds);
   }
-  const kinds = sessionsFor(tokens, (w.slots ?? w.store).live, w.loaded);
+  const live = (w.slots ?? w.store).live;
+  w.peers.publish(live);
+  const kinds = sessionsFor(tokens, live, w.loaded, w.peers.crowded());
   const { out, kind } = await w.choice.run(tokens, kinds, (k) => w.byKind[k]!.run(feeds));
   w.passes[kind]++;
   return out;
@@ -726,11 +738,13 @@ function fork(from: number, to: number[]): void {
 function free(seqs: number[]): void {
   if (w.slots) {
     for (const s of seqs) if (w.slots.delete(s)) samplers.delete(s);
+    w.peers.publish(w.slots.live);
     if (!w.slots.live) releaseSlotsWhenIdle();
     return;
   }
   if (w.batch && seqs.some((s) => w.batch!.seqs.includes(s))) materialize();
   for (const s of seqs) if (w.store.delete(s)) samplers.delete(s);
+  w.peers.publish(w.store.live);
 }
 
 /** Decode steps of the warm-up: enough for the session choice's measuring bursts of every session at batch 1 (3 sessions x 2 bursts of 3). */
