@@ -238,7 +238,7 @@ export function envOf(spec: string | undefined): Record<string, string> {
   const env: Record<string, string> = {};
   for (const kv of (spec ?? '').split(',').filter(Boolean)) {
     const at = kv.indexOf('=');
-    if (at <= 0) throw new Error(`--a / --b: KEY=VALUE pairs separated by commas, got '${kv}'`);
+    if (at <= 0) throw new Error(`--a / --b / --env: KEY=VALUE pairs separated by commas, got '${kv}'`);
     env[kv.slice(0, at)] = kv.slice(at + 1);
   }
   return env;

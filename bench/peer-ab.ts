@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchArgs, benchKey, machine, pairSummary, streamPhase } from './lib.js';
+import { benchArgs, benchKey, envOf, machine, pairSummary, streamPhase } from './lib.js';
 
 // cloudgate against llama.cpp on the same weights, in alternating phases: ../shared/peer's
 // compare.sh runs each engine once, one after the other, and on this VM the machine's speed
@@ -14,7 +14,7 @@ import { benchArgs, benchKey, machine, pairSummary, streamPhase } from './lib.js
 // process, one context with N sequences), so each pair shares its minute. Needs PEER_HOME
 // as compare.sh sets it up (its node_modules, the GGUF it wrote).
 // Usage: node dist/bench/peer-ab.js --model peer/m25 --models-dir DIR --gguf FILE.gguf [--threads 1] [--streams 1]
-//   [--rounds 8] [--seconds 3] [--ttft first-token] [--kv f16]
+//   [--rounds 8] [--seconds 3] [--ttft first-token] [--kv f16] [--env 'K=V,K=V'] (the daemon's settings, e.g. MODEL_REPLICAS=2)
 
 const args = benchArgs();
 const gguf = args.get('gguf');
@@ -52,11 +52,12 @@ function llamaPhase(): Promise<Phase> {
 async function main() {
   const env: Record<string, string> = { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0' };
   if (args.has('models-dir')) env.MODELS_DIR = path.resolve(args.get('models-dir')!);
+  Object.assign(env, envOf(args.get('env')));
   const d = await startDaemon(env);
   try {
     const key = await benchKey(d, ['inference:use'], 1_000_000_000);
     const url = `${d.inferenceUrl}/v1/chat/completions`;
-    console.log(`machine: ${machine()}\ncloudgate ${model} against llama.cpp ${path.basename(gguf!)} (${threads} thread(s)), ${streams} stream(s), ${rounds} pairs of ${seconds} s phases (order alternating), TTFT at the first ${firstToken ? 'token' : 'text'} for cloudgate, the first token for llama.cpp`);
+    console.log(`machine: ${machine()}\ncloudgate ${model} against llama.cpp ${path.basename(gguf!)} (${threads} thread(s)), ${streams} stream(s)${args.has('env') ? `, daemon with ${args.get('env')}` : ''}, ${rounds} pairs of ${seconds} s phases (order alternating), TTFT at the first ${firstToken ? 'token' : 'text'} for cloudgate, the first token for llama.cpp`);
     const cg: Phase[] = [];
     const ll: Phase[] = [];
     const opts = { model, maxTokens: 64, firstToken };

@@ -100,7 +100,7 @@ export function extraSessionsFor(modelFile: string, threads: number, dtype: Mode
   const fits = threads > 1 && small;
   const spinning = fits && allow.spinning && allow.spin === 'off';
   const prefill = small && allow.prefill && BLOCK_QUANTIZED_DTYPES.has(dtype);
-  return { narrow: fits && allow.narrow, spinning, prefill, prefillSpinning: spinning && prefill, prefillNarrow: false };
+  return { narrow: fits && allow.narrow, spinning, prefill, prefillSpinning: spinning && prefill };
 }
 
 /** The weight variant a folder serves: the daemon-wide choice where the folder has it, else its cloudgate.json's. */

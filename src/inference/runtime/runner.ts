@@ -62,6 +62,8 @@ export class Runner {
   static async start(init: Omit<InitMsg, 'type'>, modelId: string): Promise<Runner> {
     const r = new Runner(init, modelId);
     r.arch = await r.spawn();
+    // Up: with replicas the gauge folds them (a model is down when every one is), so each says so.
+    M.modelDown.set(r.labels, false);
     return r;
   }
 

@@ -23,6 +23,7 @@ function gatedRunner() {
   const runner = {
     arch: { vocab: V },
     alive: true,
+    labels: { model: 'm', replica: 0 },
     kvBytes: 0,
     async step(rows: StepRow[]) {
       steps.push(rows);

@@ -126,8 +126,8 @@ export interface LoadedSessions {
   spinning: boolean;
   prefill: boolean;
   prefillSpinning: boolean;
-  /** The prefill graph on one thread, for a replica's steps while another replica steps too (replicas.ts). */
-  prefillNarrow: boolean;
+  /** The prefill graph on one thread, for a replica's steps while another replica steps too (replicas.ts); absent: not loaded. */
+  prefillNarrow?: boolean;
 }
 
 /** Each kind's bit in a set of allowed sessions: a set is a small number, the key of its state below. */

@@ -171,9 +171,10 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     prefill: onCpu && msg.prefillSession ? await extra('prefill session', 'long steps multiply as short ones do', () => prefillSessionOf(msg.modelPath)) : undefined,
     prefillSpinning:
       onCpu && msg.prefillSession && msg.spinningSession ? await extra('spinning prefill session', 'short steps of several rows run on sleeping threads', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, extra: { session: spinningSessionConfig() } })) : undefined,
-    // Only a replica (replicas.ts) steps on one thread while another steps: each a core.
+    // Only a replica (replicas.ts) steps on one thread while another steps: each a core. On one
+    // thread anyway, the prefill session is that already.
     prefillNarrow:
-      onCpu && msg.prefillSession && msg.replica ? await extra('one-thread prefill session', 'a replica steps several rows on every core beside another', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, intraOpNumThreads: 1 })) : undefined,
+      onCpu && msg.prefillSession && msg.replica && msg.intraOpThreads > 1 ? await extra('one-thread prefill session', 'a replica steps several rows on every core beside another', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, intraOpNumThreads: 1 })) : undefined,
   };
   w.loaded = { narrow: !!w.byKind.narrow, spinning: !!w.byKind.spinning, prefill: !!w.byKind.prefill, prefillSpinning: !!w.byKind.prefillSpinning, prefillNarrow: !!w.byKind.prefillNarrow };
   if (Object.values(w.loaded).some(Boolean)) w.choice = new SessionChoice();
@@ -224,7 +225,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
 }
 
 /** The sessions a branch step may run on: its graph as converted, and with its products as int8 ones for many tokens. */
-const BRANCH_SESSIONS: LoadedSessions = { narrow: false, spinning: false, prefill: true, prefillSpinning: false, prefillNarrow: false };
+const BRANCH_SESSIONS: LoadedSessions = { narrow: false, spinning: false, prefill: true, prefillSpinning: false };
 
 /**
  * The batch of the last step stays in the session's own output tensors: when
