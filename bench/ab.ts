@@ -8,7 +8,9 @@ import { benchArgs, benchKey, envOf, machine, pairSummary, streamPhase } from '.
 // once, and short phases of streaming alternate between them, so each pair of phases shares
 // the machine's minute. Prints each pair's B / A ratio, how many pairs B won, their median
 // and geometric mean.
-// Usage: node dist/bench/ab.js --model ID --models-dir DIR [--a 'K=V,K=V'] [--b 'K=V'] [--a-root DIR] [--b-root DIR]
+// --model A,B: several models of the daemon at once, N streams each (models sharing the cores,
+// runtime/peers.ts): a phase's rate is their sum, its TTFT their median's mean.
+// Usage: node dist/bench/ab.js --model ID[,ID2...] --models-dir DIR [--a 'K=V,K=V'] [--b 'K=V'] [--a-root DIR] [--b-root DIR]
 //   [--streams 1] [--rounds 20] [--seconds 2] [--tokens 64] [--ttft first-token] [--long-prompt-words N[,N2...] --long-tokens M --long-streams K]
 // --long-prompt-words: K streams more (default 1), whose prompt is a story of N words (stream i the i-th
 // of several lengths, in turn) and which generate M tokens (default 256) each request: long
@@ -22,7 +24,8 @@ const rounds = Number(args.get('rounds') ?? 20);
 const seconds = Number(args.get('seconds') ?? 2);
 /** Streaming on a daemon before its phase is timed: its threads wake and its caches fill. */
 const WARM_SECONDS = 0.3;
-const opts = { model, maxTokens: Number(args.get('tokens') ?? 64), firstToken: args.get('ttft') === 'first-token' };
+const models = model.split(',');
+const opts = { maxTokens: Number(args.get('tokens') ?? 64), firstToken: args.get('ttft') === 'first-token' };
 const LONG_STORY = 'Once upon a time there was a little girl named Lily who loved to play in the park with her friends and her dog';
 /** A flag of comma-separated whole numbers of at least `min`: a typo stops the run instead of quietly measuring something else. */
 function counts(flag: string, fallback: number, min: number): number[] {
@@ -57,13 +60,15 @@ async function main() {
   const b = await start('b');
   try {
     const url = (s: typeof a) => `${s.d.inferenceUrl}/v1/chat/completions`;
-    console.log(`machine: ${machine()}\nmodel ${model}, ${streams} stream(s)${long ? ` and ${long.streams} of a ${longWords.join(' / ')}-word prompt generating ${long.maxTokens} tokens` : ''}, ${rounds} pairs of ${seconds} s phases (order alternating)\nA: ${a.label}\nB: ${b.label}`);
+    console.log(`machine: ${machine()}\nmodel ${model}, ${streams} stream(s)${models.length > 1 ? ' each' : ''}${long ? ` and ${long.streams} of a ${longWords.join(' / ')}-word prompt generating ${long.maxTokens} tokens` : ''}, ${rounds} pairs of ${seconds} s phases (order alternating)\nA: ${a.label}\nB: ${b.label}`);
     const res = { a: [] as Array<{ rate: number; ttftMs: number }>, b: [] as Array<{ rate: number; ttftMs: number }> };
     for (let r = 0; r < rounds; r++) {
       for (const side of r % 2 ? (['b', 'a'] as const) : (['a', 'b'] as const)) {
         const s = side === 'a' ? a : b;
-        await streamPhase(url(s), s.key, streams, WARM_SECONDS, opts);
-        res[side].push(await streamPhase(url(s), s.key, streams, seconds, opts, long));
+        const phase = (secs: number, lng?: typeof long) => Promise.all(models.map((m) => streamPhase(url(s), s.key, streams, secs, { ...opts, model: m }, lng)));
+        await phase(WARM_SECONDS);
+        const each = await phase(seconds, long);
+        res[side].push({ rate: each.reduce((n, p) => n + p.rate, 0), ttftMs: each.reduce((n, p) => n + p.ttftMs, 0) / each.length });
       }
     }
     console.log(pairSummary({ label: 'A', phases: res.a }, { label: 'B', phases: res.b }));

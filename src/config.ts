@@ -140,8 +140,8 @@ const envSchema = z.object({
   // over them (data parallel, as vLLM's --data-parallel-size): a small model's step is too many
   // tiny operators to split over the cores well, and two one-thread steps at once beat one on two
   // threads (m25 int4, 16 streams: MODEL_REPLICAS=2 1.2-1.4x, bench/README.md "Replicas"). A
-  // replica alone keeps every core. Each loads the model's sessions again: its weights count
-  // this many times in memory. Evaluation models keep one (runtime/replicas.ts).
+  // replica alone keeps every core (runtime/peers.ts). Each loads the model's sessions again:
+  // its weights count this many times in memory. Evaluation models keep one (runtime/replicas.ts).
   MODEL_REPLICAS: int(1, 64).default(1),
   // Default rate limits per API key and model (0 = unlimited); per-key overrides are set on the key.
   // 600 requests and 1M tokens a minute: well above one interactive user, low enough that one

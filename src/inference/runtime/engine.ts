@@ -7,7 +7,8 @@ import type { ChatMessage, GenerateEvent, GenerateRequest, InferenceEngine, Scor
 import { engineMetrics } from './metrics.js';
 import { defaultEngineOptions, type EngineOptions } from './options.js';
 import { Runner } from './runner.js';
-import { pickReplica, replicaShares } from './replicas.js';
+import { peerShares } from './peers.js';
+import { pickReplica } from './replicas.js';
 import { Scheduler } from './scheduler.js';
 import type { LoadedSessions } from './session-choice.js';
 import type { ThreadSpin } from './spin.js';
@@ -130,6 +131,8 @@ export class Engine implements InferenceEngine {
     const models = new Map<string, Loaded>();
     const opts = { ...defaultEngineOptions, ...cfg.options };
     const dirs = fs.existsSync(cfg.modelsDir) ? fs.readdirSync(cfg.modelsDir).sort() : [];
+    // A place for every CPU worker there may be (peers.ts); folders that are not models leave theirs empty.
+    const shares = cfg.executionProvider === 'cpu' ? peerShares(dirs.length * (cfg.replicas ?? 1), os.availableParallelism()) : [];
     for (const name of dirs) {
       const dir = path.join(cfg.modelsDir, name);
       const cfgFile = path.join(dir, 'cloudgate.json');
@@ -167,8 +170,8 @@ export class Engine implements InferenceEngine {
         };
         const replicas: Loaded['replicas'] = [];
         // One after another: each worker's warm-up measures its sessions on cores the others leave idle.
-        for (const replica of count > 1 ? replicaShares(count) : [undefined]) {
-          const runner = await Runner.start({ ...init, replica }, c.id);
+        for (let r = 0; r < count; r++) {
+          const runner = await Runner.start({ ...init, peers: shares.shift() }, c.id, r);
           replicas.push({ runner, scheduler: new Scheduler(c.id, runner, text, opts, c.contextLength) });
         }
         const runner = replicas[0]!.runner;

@@ -4,7 +4,7 @@
 // receives sampled tokens (and last-position logits for scoring), and a
 // decode run goes on step after step without waiting for the main thread.
 
-import type { ReplicaShare } from './replicas.js';
+import type { PeerShare } from './peers.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import type { Grammar } from '../grammar/grammar.js';
 import type { SessionKind } from './session-choice.js';
@@ -41,8 +41,8 @@ export interface InitMsg {
   modelBytes: number;
   /** The model's context length: no sequence's cache grows past it. */
   positionsMax: number;
-  /** This worker's place among the model's replicas (replicas.ts), when it has several. */
-  replica?: ReplicaShare;
+  /** This worker's place among the daemon's CPU model workers (peers.ts): each tells the others the sequences it holds. */
+  peers?: PeerShare;
   /**
    * Tokens (rows x the longest row) that joins pending together may share one step: the
    * scheduler's prefill budget while sequences decode (options.ts prefillTokensPerStepMax), so

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { pickReplica, ReplicaPeers, replicaShares } from './replicas.js';
+import { pickReplica } from './replicas.js';
 import { sessionsFor } from './session-choice.js';
 
 describe('replicas', () => {
@@ -13,20 +13,6 @@ describe('replicas', () => {
     expect(pickReplica([e, f])).toBe(e);
     const g = r(0, false), h = r(0, false);
     expect(pickReplica([g, h])).toBe(g); // all down: the first, whose refusal names the model down
-  });
-
-  it('tells a worker it is crowded while another replica holds sequences, never by its own', () => {
-    const [s0, s1, s2] = replicaShares(3);
-    const p0 = new ReplicaPeers(s0), p1 = new ReplicaPeers(s1), p2 = new ReplicaPeers(s2);
-    p0.publish(3);
-    expect(p0.crowded()).toBe(false);
-    expect(p1.crowded()).toBe(true);
-    expect(p2.crowded()).toBe(true);
-    p0.publish(0);
-    expect(p1.crowded()).toBe(false);
-    p2.publish(1);
-    expect(p0.crowded()).toBe(true);
-    expect(new ReplicaPeers().crowded()).toBe(false); // one replica: never
   });
 
   it('gives a crowded step one-thread sessions only, and an uncrowded one the usual choice', () => {

@@ -9,40 +9,10 @@
 // "Replicas"). And the HTTP thread, taking a core, delays one replica's step, not both threads
 // of one step.
 //
-// A replica alone keeps every core: each publishes how many sequences it holds in memory the
-// replicas share, and a step while another replica holds any runs on one thread (its narrow
-// session, session-choice.ts), so one stream keeps its two-thread steps and sixteen get one
-// thread per replica.
-
-/** What one replica's worker shares with its siblings: `live[i]` is the sequences replica i holds. */
-export interface ReplicaShare {
-  live: Int32Array;
-  index: number;
-}
-
-/** The shares of `n` replicas of one model, over one shared buffer. */
-export function replicaShares(n: number): ReplicaShare[] {
-  const live = new Int32Array(new SharedArrayBuffer(n * Int32Array.BYTES_PER_ELEMENT));
-  return Array.from({ length: n }, (_, index) => ({ live, index }));
-}
-
-/** A worker's view of its siblings; without a share (one replica) never crowded. */
-export class ReplicaPeers {
-  constructor(private readonly share?: ReplicaShare) {}
-
-  /** Tells the siblings how many sequences this replica holds now. */
-  publish(live: number): void {
-    if (this.share) Atomics.store(this.share.live, this.share.index, live);
-  }
-
-  /** Whether another replica holds sequences: its steps share the cores with this one's. */
-  crowded(): boolean {
-    const s = this.share;
-    if (!s) return false;
-    for (let i = 0; i < s.live.length; i++) if (i !== s.index && Atomics.load(s.live, i) > 0) return true;
-    return false;
-  }
-}
+// A replica alone keeps every core: like every model worker it tells the others how many
+// sequences it holds (peers.ts), and a step while the busy workers fill the cores runs on one
+// thread (its narrow session, or its prefill graph on one thread), so one stream keeps its
+// two-thread steps and sixteen get one thread per replica.
 
 /**
  * The replica a new request goes to: of those up, the one holding the fewest requests (running

@@ -55,12 +55,14 @@ export class Runner {
   private constructor(
     private readonly init: Omit<InitMsg, 'type'>,
     private readonly modelId: string,
+    replica: number,
   ) {
-    this.labels = { model: modelId, replica: init.replica?.index ?? 0 };
+    this.labels = { model: modelId, replica };
   }
 
-  static async start(init: Omit<InitMsg, 'type'>, modelId: string): Promise<Runner> {
-    const r = new Runner(init, modelId);
+  /** `replica`: which of the model's workers this is (replicas.ts), 0 for a model's only one. */
+  static async start(init: Omit<InitMsg, 'type'>, modelId: string, replica = 0): Promise<Runner> {
+    const r = new Runner(init, modelId, replica);
     r.arch = await r.spawn();
     // Up: with replicas the gauge folds them (a model is down when every one is), so each says so.
     M.modelDown.set(r.labels, false);

@@ -126,7 +126,7 @@ export interface LoadedSessions {
   spinning: boolean;
   prefill: boolean;
   prefillSpinning: boolean;
-  /** The prefill graph on one thread, for a replica's steps while another replica steps too (replicas.ts); absent: not loaded. */
+  /** The prefill graph on one thread, for steps while other model workers fill the cores (peers.ts); absent: not loaded. */
   prefillNarrow?: boolean;
 }
 
@@ -146,8 +146,8 @@ const CROWDED_SETS: ReadonlyArray<readonly SessionKind[]> = [[], ['narrow'], ['p
 
 /** The sessions a step may run on: `tokens` is rows x new tokens, `sequences` the sequences the model holds. */
 export function sessionsFor(tokens: number, sequences: number, loaded: LoadedSessions, crowded = false): readonly SessionKind[] {
-  // Another replica of the model is stepping too (replicas.ts): a step of few tokens takes one
-  // core, and no step spins on the cores the other one needs.
+  // Other model workers' steps fill the cores but one (peers.ts): a step takes one core where
+  // it has a one-thread session, and no step spins on the cores the others need.
   if (crowded) {
     const one = (loaded.narrow && tokens <= NARROW_STEP_TOKENS_MAX ? 1 : 0) | (loaded.prefillNarrow && tokens >= PREFILL_STEP_TOKENS_MIN ? 2 : 0);
     if (one) return CROWDED_SETS[one]!;

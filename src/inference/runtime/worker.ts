@@ -10,7 +10,7 @@ import { KvPools } from './kv-pools.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
-import { ReplicaPeers } from './replicas.js';
+import { WorkerPeers } from './peers.js';
 import { SessionChoice, sessionsFor, type LoadedSessions, type SessionKind } from './session-choice.js';
 import { inStepBudget } from './options.js';
 import { spinningSessionConfig, spinSessionConfig } from './spin.js';
@@ -38,7 +38,7 @@ interface WorkerState {
    * every core with threads spinning while a run lasts, for steps while few sequences run;
    * `prefill` the graph with its block-quantized products as int8 ones, for steps of several rows (prefill-graph.ts);
    * `prefillSpinning` that graph on spinning threads, for short steps while few sequences run;
-   * `prefillNarrow` that graph on one thread, for a replica's steps while another steps (replicas.ts).
+   * `prefillNarrow` that graph on one thread, for steps while other model workers fill the cores (peers.ts).
    */
   byKind: Record<SessionKind, ort.InferenceSession | undefined>;
   /** Which of the extra sessions loaded; with any, `choice` picks a step's session. */
@@ -71,8 +71,8 @@ interface WorkerState {
   queue: Promise<void>;
   /** Forward passes so far by session, reported with every step's answer and decode run's end (metrics). */
   passes: ModelPasses;
-  /** The model's other replicas (replicas.ts): told this one's live sequences, asked whether they hold any. */
-  peers: ReplicaPeers;
+  /** The daemon's other model workers (peers.ts): told this one's live sequences, asked whether theirs fill the cores. */
+  peers: WorkerPeers;
 }
 // session, arch and store are set by init, the first message, before any other is handled.
 const w = {
@@ -91,14 +91,14 @@ const w = {
   busy: false,
   queue: Promise.resolve(),
   passes: noPasses(),
-  peers: new ReplicaPeers(),
+  peers: new WorkerPeers(),
 } as Partial<WorkerState> as WorkerState;
 
 async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void> {
   w.tokenTexts = msg.tokenTexts ?? [];
   w.tokensPostIntervalMs = msg.tokensPostIntervalMs;
   w.joinedStepTokensMax = msg.joinedStepTokensMax;
-  w.peers = new ReplicaPeers(msg.replica);
+  w.peers = new WorkerPeers(msg.peers);
   w.peers.publish(0); // a worker restarted in its place starts empty, whatever the last one held
   // On Linux a thread's niceness is its own (setpriority on "this process" acts on the calling
   // thread), and the threads onnxruntime starts next inherit it: the model yields the cores to
@@ -171,10 +171,10 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     prefill: onCpu && msg.prefillSession ? await extra('prefill session', 'long steps multiply as short ones do', () => prefillSessionOf(msg.modelPath)) : undefined,
     prefillSpinning:
       onCpu && msg.prefillSession && msg.spinningSession ? await extra('spinning prefill session', 'short steps of several rows run on sleeping threads', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, extra: { session: spinningSessionConfig() } })) : undefined,
-    // Only a replica (replicas.ts) steps on one thread while another steps: each a core. On one
-    // thread anyway, the prefill session is that already.
+    // Only a worker beside others (peers.ts) steps on one thread while they step: each a core.
+    // On one thread anyway, the prefill session is that already.
     prefillNarrow:
-      onCpu && msg.prefillSession && msg.replica && msg.intraOpThreads > 1 ? await extra('one-thread prefill session', 'a replica steps several rows on every core beside another', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, intraOpNumThreads: 1 })) : undefined,
+      onCpu && msg.prefillSession && (msg.peers?.live.length ?? 0) > 1 && msg.intraOpThreads > 1 ? await extra('one-thread prefill session', 'a step of several rows beside other busy models runs on every core', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, intraOpNumThreads: 1 })) : undefined,
   };
   w.loaded = { narrow: !!w.byKind.narrow, spinning: !!w.byKind.spinning, prefill: !!w.byKind.prefill, prefillSpinning: !!w.byKind.prefillSpinning, prefillNarrow: !!w.byKind.prefillNarrow };
   if (Object.values(w.loaded).some(Boolean)) w.choice = new SessionChoice();

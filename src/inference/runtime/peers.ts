@@ -1,0 +1,43 @@
+// The model workers of this daemon, as each sees the others: how many sequences each holds, in
+// memory they share, so that a step knows whether the cores are its own.
+//
+// Each worker's sessions on every core assume the cores are free. Two busy workers on a
+// 2-core machine, each stepping on both cores, take turns on them (each operator wakes two
+// threads that then wait for a core), and spinning ones hold a core the other needs: two
+// copies of m25 int4, one stream each, made 1.49x the tokens/s together when each stepped on
+// one thread (bench/README.md "Replicas"). So once the workers holding sequences fill the
+// cores, each steps on one thread (session-choice.ts `sessionsFor`, crowded); a worker whose
+// model is alone keeps every core. Replicas of one model (replicas.ts) share the cores the
+// same way.
+
+/** What one worker shares with the others: `live[i]` is the sequences worker i holds; `cores` the machine's. */
+export interface PeerShare {
+  live: Int32Array;
+  index: number;
+  cores: number;
+}
+
+/** The shares of `n` workers over one shared buffer, on a machine of `cores` cores. */
+export function peerShares(n: number, cores: number): PeerShare[] {
+  const live = new Int32Array(new SharedArrayBuffer(n * Int32Array.BYTES_PER_ELEMENT));
+  return Array.from({ length: n }, (_, index) => ({ live, index, cores }));
+}
+
+/** A worker's view of the others; without a share (a GPU model, a test) never crowded. */
+export class WorkerPeers {
+  constructor(private readonly share?: PeerShare) {}
+
+  /** Tells the others how many sequences this worker holds now. */
+  publish(live: number): void {
+    if (this.share) Atomics.store(this.share.live, this.share.index, live);
+  }
+
+  /** Whether the other workers holding sequences take the cores but one: this one then gets one. */
+  crowded(): boolean {
+    const s = this.share;
+    if (!s) return false;
+    let busy = 0;
+    for (let i = 0; i < s.live.length; i++) if (i !== s.index && Atomics.load(s.live, i) > 0) busy++;
+    return busy > 0 && busy >= s.cores - 1;
+  }
+}
