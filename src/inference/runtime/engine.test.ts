@@ -355,7 +355,7 @@ describe('engine with two replicas of a chat model (MODEL_REPLICAS)', () => {
   it('spreads concurrent requests over both workers and gives the same greedy tokens as one', async () => {
     const two = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 2, narrowSession: true, replicas: 2, options: { batchSizeMax: 32 } });
     try {
-      const schedulers = (two as unknown as { models: Map<string, { replicas: Array<{ scheduler: { load(): number } }> }> }).models.get(gen())!.replicas.map((r) => r.scheduler);
+      const schedulers = (two as unknown as { models: Map<string, { schedulers: Array<{ load(): number }> }> }).models.get(gen())!.schedulers;
       expect(schedulers).toHaveLength(2);
       // Two requests in flight at once: one on each replica (the first event of each means it was admitted).
       const adjust = { bias: [[2, -100]] as const, presence: 0, frequency: 0 };

@@ -23,8 +23,9 @@ import { TOKENS_POST_INTERVAL_MS } from './token-posts.js';
 interface Loaded {
   info: ServedModel;
   text: ModelText;
-  /** The model's workers, each with its scheduler: one, or a chat model's MODEL_REPLICAS (replicas.ts). */
-  replicas: Array<{ runner: Runner; scheduler: Scheduler }>;
+  /** The model's workers and their schedulers, index for index: one, or a chat model's MODEL_REPLICAS (replicas.ts). */
+  runners: Runner[];
+  schedulers: Scheduler[];
 }
 
 export interface EngineConfig {
@@ -168,13 +169,11 @@ export class Engine implements InferenceEngine {
           kvSplit: cfg.kvSplit ?? true,
           modelBytes: modelBytes(modelPath),
         };
-        const replicas: Loaded['replicas'] = [];
+        const runners: Runner[] = [];
         // One after another: each worker's warm-up measures its sessions on cores the others leave idle.
-        for (let r = 0; r < count; r++) {
-          const runner = await Runner.start({ ...init, peers: shares.shift() }, c.id, r);
-          replicas.push({ runner, scheduler: new Scheduler(c.id, runner, text, opts, c.contextLength) });
-        }
-        const runner = replicas[0]!.runner;
+        for (let r = 0; r < count; r++) runners.push(await Runner.start({ ...init, peers: shares.shift() }, c.id, r));
+        const schedulers = runners.map((w) => new Scheduler(c.id, w, text, opts, c.contextLength));
+        const runner = runners[0]!;
         const info: ServedModel = {
           id: c.id,
           kind: c.kind,
@@ -188,7 +187,7 @@ export class Engine implements InferenceEngine {
           ownedBy: c.ownedBy,
           created: c.created,
         };
-        models.set(c.id, { info, text, replicas });
+        models.set(c.id, { info, text, runners, schedulers });
         engineMetrics.modelInfo.set({ model: c.id, provider: runner.arch.provider, dtype });
         log.info({ model: c.id, kind: c.kind, dtype, provider: runner.arch.provider, arch: runner.arch, replicas: count > 1 ? count : undefined }, 'model loaded');
       } catch (e) {
@@ -249,14 +248,14 @@ export class Engine implements InferenceEngine {
   }
 
   generate(modelId: string, req: GenerateRequest): AsyncGenerator<GenerateEvent> {
-    return pickReplica(this.get(modelId).replicas.map((r) => r.scheduler)).generate(req);
+    return pickReplica(this.get(modelId).schedulers).generate(req);
   }
 
   scoreBranches(modelId: string, req: ScoreRequest): Promise<ScoreResult> {
-    return pickReplica(this.get(modelId).replicas.map((r) => r.scheduler)).scoreBranches(req.prefixTokens, req.branches, req.signal);
+    return pickReplica(this.get(modelId).schedulers).scoreBranches(req.prefixTokens, req.branches, req.signal);
   }
 
   async close(): Promise<void> {
-    await Promise.all([...this.models.values()].flatMap((m) => m.replicas.map((r) => r.runner.close())));
+    await Promise.all([...this.models.values()].flatMap((m) => m.runners.map((r) => r.close())));
   }
 }

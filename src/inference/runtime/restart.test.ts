@@ -23,7 +23,7 @@ afterAll(async () => {
   fs.rmSync(modelsDir, { recursive: true, force: true });
 });
 
-const runnerOf = (id: string): Runner => (engine as unknown as { models: Map<string, { replicas: Array<{ runner: Runner }> }> }).models.get(id)!.replicas[0]!.runner;
+const runnerOf = (id: string): Runner => (engine as unknown as { models: Map<string, { runners: Runner[] }> }).models.get(id)!.runners[0]!;
 const restarts = async () => (await registries.inference.getSingleMetric('cloudgate_engine_worker_restarts_total')!.get()).values.find((v) => v.labels.model_name === CHAT)?.value ?? 0;
 
 async function run(prompt: number[], maxTokens: number, onFirst?: () => void): Promise<{ ids: number[]; done: Extract<GenerateEvent, { type: 'done' }> }> {

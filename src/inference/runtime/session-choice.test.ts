@@ -50,6 +50,17 @@ describe('sessionsFor', () => {
     expect(sessionsFor(16 * 20, 16, all)).toEqual(['wide', 'prefill']); // 16 prompts of 20 tokens in one step
     expect(sessionsFor(1, 1, all)).toEqual(ALL);
   });
+
+  it('gives a step while other workers fill the cores (peers.ts) one-thread sessions only, and others the usual choice', () => {
+    const all = { narrow: true, spinning: true, prefill: true, prefillSpinning: true, prefillNarrow: true };
+    expect(sessionsFor(1, 1, all, true)).toEqual(['narrow']);
+    expect(sessionsFor(16, 16, all, true)).toEqual(['narrow', 'prefillNarrow']);
+    expect(sessionsFor(200, 8, all, true)).toEqual(['prefillNarrow']);
+    // Without a one-thread session for its size, a crowded step sleeps between operators: never spins.
+    expect(sessionsFor(200, 1, { ...all, prefillNarrow: false }, true)).toEqual(['wide', 'prefill']);
+    expect(sessionsFor(1, 1, all, false)).toEqual(['wide', 'narrow', 'spinning']);
+    expect(sessionsFor(16, 16, all, false)).not.toContain('prefillNarrow'); // alone, the cores are its own
+  });
 });
 
 describe('SessionChoice', () => {
