@@ -1,11 +1,11 @@
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchArgs, benchKey, fmt, latencyC1, load, machine, startBare, sweep } from './lib.js';
+import { benchArgs, benchKey, envOf, fmt, latencyC1, load, machine, startBare, sweep } from './lib.js';
 
 // Gateway overhead: an authenticated GET through the daemon against a bare
 // uWS server answering the same bytes, in one run on one machine.
 // Usage: node dist/bench/gateway.js [--path /api/v1/models] [--port inference|platform] [--seconds 5]
-// With --generate N (and --model ID --models-dir DIR, --threads T for ORT_INTRA_OP_THREADS, --rounds R):
+// With --generate N (and --model ID --models-dir DIR, --threads T for ORT_INTRA_OP_THREADS, --env 'K=V,...' for other settings, --rounds R):
 // N streaming chat clients generate the whole time, and only the concurrency-1
 // latencies are taken (gateway and bare server alike share the cores with the
 // model workers): the gateway's added p99 while the engine is busy.
@@ -73,6 +73,7 @@ async function busy(): Promise<void> {
   const env: Record<string, string> = { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0' };
   if (args.has('models-dir')) env.MODELS_DIR = args.get('models-dir')!;
   if (args.has('threads')) env.ORT_INTRA_OP_THREADS = args.get('threads')!;
+  Object.assign(env, envOf(args.get('env')));
   if (process.env.DAEMON_NODE_OPTIONS) env.NODE_OPTIONS = process.env.DAEMON_NODE_OPTIONS;
   const model = args.get('model') ?? 'cloudgate/stories260k';
   const d = await startDaemon(env);
