@@ -139,7 +139,7 @@ const envSchema = z.object({
   // Workers per chat model on the CPU, each with its own sequences, the model's requests spread
   // over them (data parallel, as vLLM's --data-parallel-size): a small model's step is too many
   // tiny operators to split over the cores well, and two one-thread steps at once beat one on two
-  // threads (m25 int4, 16 streams: MODEL_REPLICAS=2 1.2-1.4x, bench/README.md "Replicas"). A
+  // threads (m25 int4, 16 streams: MODEL_REPLICAS=2 1.14x, m110 even; bench/README.md "Replicas"). A
   // replica alone keeps every core (runtime/peers.ts). Each loads the model's sessions again:
   // its weights count this many times in memory. Evaluation models keep one (runtime/replicas.ts).
   MODEL_REPLICAS: int(1, 64).default(1),
