@@ -5,6 +5,7 @@ import { Worker } from 'node:worker_threads';
 import { log } from '../../log.js';
 import type { TokenLogprob } from '../engine-api.js';
 import { engineMetrics as M } from './metrics.js';
+import { WorkerPeers } from './peers.js';
 import { noPasses, type Arch, type InitMsg, type ModelPasses, type WorkerEvent, type WorkerCommand, type StepRow } from './protocol.js';
 
 /** A prompt step's answer: every row's last-position logits; sampled rows' tokens (-1 for the others) and logprobs when asked. */
@@ -101,6 +102,8 @@ export class Runner {
   private lost(w: Worker, cause: Error): void {
     if (w !== this.worker || this.closing) return;
     this.worker = undefined;
+    // Its sequences died with it: the other workers get their cores back now, not when it restarts (peers.ts).
+    new WorkerPeers(this.init.peers).publish(0);
     const err = new WorkerLost(`model ${this.modelId}'s worker died: ${cause.message}`);
     log.error({ model: this.modelId, err: cause }, 'model worker died; its requests in flight fail');
     for (const p of this.pending.values()) p.fail(err);

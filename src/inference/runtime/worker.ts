@@ -99,7 +99,6 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   w.tokensPostIntervalMs = msg.tokensPostIntervalMs;
   w.joinedStepTokensMax = msg.joinedStepTokensMax;
   w.peers = new WorkerPeers(msg.peers);
-  w.peers.publish(0); // a worker restarted in its place starts empty, whatever the last one held
   // On Linux a thread's niceness is its own (setpriority on "this process" acts on the calling
   // thread), and the threads onnxruntime starts next inherit it: the model yields the cores to
   // the HTTP thread, not the other way round. Elsewhere it would renice the whole daemon: left.
