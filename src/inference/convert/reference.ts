@@ -136,6 +136,26 @@ export class RefTransformer {
   }
 }
 
+/** Several sequences run through the reference, each at its own position: what a batched step's rows must match. */
+export class RefSequences {
+  private readonly seqs = new Map<number, { ref: RefTransformer; pos: number }>();
+  constructor(private readonly ck: LlamaCheckpoint) {}
+
+  /** Feeds `tokens` to `seq` (a new one starts at position 0); answers the last one's logits. */
+  feed(seq: number, tokens: number[]): Float32Array {
+    let s = this.seqs.get(seq);
+    if (!s) this.seqs.set(seq, (s = { ref: new RefTransformer(this.ck), pos: 0 }));
+    let logits: Float32Array = new Float32Array(0);
+    for (const t of tokens) logits = s.ref.forward(t, s.pos++);
+    return logits;
+  }
+
+  /** Positions `seq` has run. */
+  len(seq: number): number {
+    return this.seqs.get(seq)?.pos ?? 0;
+  }
+}
+
 /** run.c's encode(): dummy prefix, per-codepoint lookup with byte fallback (+3), greedy best-score merges. */
 export function refEncode(v: PieceVocab, text: string, bos: boolean, eos: boolean): number[] {
   const lookup = new Map<string, number>();

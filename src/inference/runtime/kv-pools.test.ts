@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import ort from 'onnxruntime-node';
 import { generateCheckpoint } from '../convert/generate.js';
 import { buildLlamaOnnx } from '../convert/onnx-writer.js';
-import { RefTransformer } from '../convert/reference.js';
+import { RefSequences } from '../convert/reference.js';
 import { headSize } from '../convert/llama2c.js';
 import { slotStepDone, slotStepFeeds } from './kv-slots.js';
 import { KvPools } from './kv-pools.js';
@@ -16,7 +16,7 @@ async function setup(split: boolean, weightBytes = 1000) {
   const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 8, nKvHeads: 4, vocabSize: 64, seqLen: 160, seed: 7, std: 0.3 });
   const sess = await ort.InferenceSession.create(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, { intraOpNumThreads: 1 });
   const pools = new KvPools({ layers: 2, kvHeads: 4, headDim: headSize(ck.config), positionsMax: 160, emptyCacheFeeds: true }, weightBytes, split);
-  const refs = new Map<number, { ref: RefTransformer; pos: number }>();
+  const refs = new RefSequences(ck);
   const V = ck.config.vocabSize;
   let maxErr = 0;
   /** One step as worker.ts slotStep runs it; answers how many runs it took. */
@@ -27,12 +27,9 @@ async function setup(split: boolean, weightBytes = 1000) {
       const st = slotStepFeeds(run.pool, part);
       const logits = slotStepDone(run.pool, st, await sess.run(st.feeds));
       part.forEach((r, b) => {
-        let e = refs.get(r.seq);
-        if (!e) refs.set(r.seq, (e = { ref: new RefTransformer(ck), pos: 0 }));
-        let want = new Float32Array(0);
-        for (const t of r.tokens) want = e.ref.forward(t, e.pos++);
+        const want = refs.feed(r.seq, r.tokens);
         for (let i = 0; i < V; i++) maxErr = Math.max(maxErr, Math.abs(logits[b * V + i]! - want[i]!));
-        expect(pools.len(r.seq)).toBe(e.pos);
+        expect(pools.len(r.seq)).toBe(refs.len(r.seq));
       });
     }
     return runs.length;

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import ort from 'onnxruntime-node';
 import { generateCheckpoint } from '../convert/generate.js';
 import { buildLlamaOnnx, MASK_VALUE } from '../convert/onnx-writer.js';
-import { RefTransformer } from '../convert/reference.js';
+import { RefSequences } from '../convert/reference.js';
 import { headSize } from '../convert/llama2c.js';
 import { HIDDEN_BIAS, KvSlots, slotStepDone, slotStepFeeds } from './kv-slots.js';
 
@@ -24,19 +24,16 @@ describe('slot-cache graph and KvSlots', () => {
       const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: heads, nKvHeads: kvHeads, vocabSize: 64, seqLen: 160, seed: 5, std: 0.3 });
       const sess = await ort.InferenceSession.create(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, { intraOpNumThreads: 1 });
       const sl = new KvSlots({ layers: 2, kvHeads, headDim: headSize(ck.config), positionsMax: 160, emptyCacheFeeds: true });
-      const refs = new Map<number, { ref: RefTransformer; pos: number }>();
+      const refs = new RefSequences(ck);
       const V = ck.config.vocabSize;
       let maxErr = 0;
       const step = async (rows: Array<{ seq: number; tokens: number[] }>) => {
         const st = slotStepFeeds(sl, rows);
         const logits = slotStepDone(sl, st, await sess.run(st.feeds));
         rows.forEach((r, b) => {
-          let e = refs.get(r.seq);
-          if (!e) refs.set(r.seq, (e = { ref: new RefTransformer(ck), pos: 0 }));
-          let want = new Float32Array(0);
-          for (const t of r.tokens) want = e.ref.forward(t, e.pos++);
+          const want = refs.feed(r.seq, r.tokens);
           for (let i = 0; i < V; i++) maxErr = Math.max(maxErr, Math.abs(logits[b * V + i]! - want[i]!));
-          expect(sl.len(r.seq)).toBe(e.pos);
+          expect(sl.len(r.seq)).toBe(refs.len(r.seq));
         });
       };
       const tok = (n: number, seed: number) => Array.from({ length: n }, (_, i) => 1 + ((seed * 7 + i * 13) % (V - 1)));
