@@ -148,7 +148,7 @@ export class Engine implements InferenceEngine {
         const modelPath = path.join(dir, modelFileOf(dtype));
         const threads = cfg.intraOpThreads ?? threadsFor(modelPath);
         const extra = extraSessions(cfg, modelPath, threads, dtype);
-        // Replicas step on one thread while another is busy: only where that session loads (or one thread is all there is).
+        // Replicas step on one thread beside busy peers (peers.ts): only where that session loads (or one thread is all there is).
         const replicable = c.kind === 'chat' && cfg.executionProvider === 'cpu' && (extra.narrowSession || threads === 1);
         const count = replicable ? (cfg.replicas ?? 1) : 1;
         if (!replicable && (cfg.replicas ?? 1) > 1) log.info({ model: c.id, kind: c.kind }, 'MODEL_REPLICAS: one worker for this model (replicas are for chat models on the CPU with a one-thread session)');

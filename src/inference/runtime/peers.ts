@@ -4,8 +4,8 @@
 // Each worker's sessions on every core assume the cores are free. Two busy workers on a
 // 2-core machine, each stepping on both cores, take turns on them (each operator wakes two
 // threads that then wait for a core), and spinning ones hold a core the other needs: two
-// copies of m25 int4, one stream each, made 1.49x the tokens/s together when each stepped on
-// one thread (bench/README.md "Replicas"). So once the workers holding sequences fill the
+// copies of m25 int4 made 1.28x / 1.30x the tokens/s together at 1 / 8 streams each, m25 beside
+// m110 1.60x / 1.56x, with this rule (bench/README.md "Models beside each other"). So once the workers holding sequences fill the
 // cores, each steps on one thread (session-choice.ts `sessionsFor`, crowded); a worker whose
 // model is alone keeps every core. Replicas of one model (replicas.ts) share the cores the
 // same way.
