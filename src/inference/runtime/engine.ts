@@ -131,13 +131,13 @@ export class Engine implements InferenceEngine {
   static async load(cfg: EngineConfig): Promise<Engine> {
     const models = new Map<string, Loaded>();
     const opts = { ...defaultEngineOptions, ...cfg.options };
-    const dirs = fs.existsSync(cfg.modelsDir) ? fs.readdirSync(cfg.modelsDir).sort() : [];
-    // A place for every CPU worker there may be (peers.ts); folders that are not models leave theirs empty.
+    const names = fs.existsSync(cfg.modelsDir) ? fs.readdirSync(cfg.modelsDir).sort() : [];
+    const dirs = names.filter((name) => fs.existsSync(path.join(cfg.modelsDir, name, 'cloudgate.json')));
+    // A place for every CPU worker there may be (peers.ts); a folder that fails to load leaves its own empty.
     const shares = cfg.executionProvider === 'cpu' ? peerShares(dirs.length * (cfg.replicas ?? 1), os.availableParallelism()) : [];
     for (const name of dirs) {
       const dir = path.join(cfg.modelsDir, name);
       const cfgFile = path.join(dir, 'cloudgate.json');
-      if (!fs.existsSync(cfgFile)) continue;
       try {
         const c = parseModelConfig(JSON.parse(fs.readFileSync(cfgFile, 'utf8')));
         if (models.has(c.id)) throw new Error(`duplicate model id ${c.id}`);
