@@ -34,7 +34,7 @@ describe('lifecycle', () => {
     const again = await post(b.platformUrl, adminKey, '/api/admin/users', { name: 'Kept', email: 'kept@test.io' });
     expect(again.status).toBe(409); // the user from the first run is still there
     b.proc.kill('SIGKILL');
-    await b.exited;
+    expect(await b.exited).toBe('SIGKILL'); // the harness names the signal that ended a daemon
     // The orphaned postgres still holds the data dir; the next start must clean it up.
     expect(fs.existsSync(path.join(dir, 'pg', 'postmaster.pid'))).toBe(true);
 
