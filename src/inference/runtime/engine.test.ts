@@ -382,6 +382,21 @@ describe('engine with two replicas of a chat model (MODEL_REPLICAS)', () => {
   });
 });
 
+describe('engine workers telling each other what they hold (peers.ts)', () => {
+  it('publishes the live sequences of a model while it generates, a one-session model too, and none once it is done', async () => {
+    // The bundled models on one thread load no extra session: no session choice, the plain run path.
+    const runner = (engine as unknown as { models: Map<string, { runners: Array<{ init: { peers?: { live: Int32Array; index: number } } }> }> }).models.get(CHAT)!.runners[0]!;
+    const share = runner.init.peers!;
+    expect(share).toBeDefined();
+    const it = engine.generate(CHAT, { promptTokens: prompt(1), maxTokens: 30, temperature: 0, topP: 1, stop: [], adjust: { bias: [[2, -100]], presence: 0, frequency: 0 } });
+    await it.next();
+    expect(Atomics.load(share.live, share.index)).toBeGreaterThan(0);
+    for await (const _ of it) void _;
+    for (let i = 0; i < 50 && Atomics.load(share.live, share.index) > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(Atomics.load(share.live, share.index)).toBe(0);
+  });
+});
+
 describe('engine token posts', () => {
   it('posts a fast decode run a few steps at a time, with the same tokens, in order, as a post per step', async () => {
     // Count the worker's token posts and the steps they carry, on the runner's side.

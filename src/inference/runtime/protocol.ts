@@ -53,7 +53,7 @@ export interface InitMsg {
   tokenTexts?: Array<string | null>;
 }
 
-/** Forward passes the worker has run since it started, by session: every core sleeping (wide), one thread (narrow), every core spinning (spinning), the products as int8 ones (prefill), those on spinning threads (prefillSpinning). */
+/** Forward passes the worker has run since it started, by session: every core sleeping (wide), one thread (narrow), every core spinning (spinning), the products as int8 ones (prefill), those on spinning threads (prefillSpinning), on one thread (prefillNarrow). */
 export type ModelPasses = Record<SessionKind, number>;
 export const noPasses = (): ModelPasses => ({ wide: 0, narrow: 0, spinning: 0, prefill: 0, prefillSpinning: 0, prefillNarrow: 0 });
 

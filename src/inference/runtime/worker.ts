@@ -362,12 +362,13 @@ function afterStep(rows: StepRow[], kvs: Kv[], out: ort.InferenceSession.OnnxVal
 
 /** Runs the model graph on a step of `tokens` tokens (rows x new tokens), on whichever session is faster for that size now. */
 async function runModel(feeds: Record<string, ort.Tensor>, tokens: number): Promise<ort.InferenceSession.OnnxValueMapType> {
+  // Every worker tells the others, a model with one session too: its steps take a core either way.
+  const live = (w.slots ?? w.store).live;
+  w.peers.publish(live);
   if (!w.choice) {
     w.passes.wide++;
     return w.session.run(feeds);
   }
-  const live = (w.slots ?? w.store).live;
-  w.peers.publish(live);
   const kinds = sessionsFor(tokens, live, w.loaded, w.peers.crowded());
   const { out, kind } = await w.choice.run(tokens, kinds, (k) => w.byKind[k]!.run(feeds));
   w.passes[kind]++;
@@ -395,7 +396,6 @@ async function slotStep(rows: StepRow[]): Promise<Float32Array> {
   }
   return logits!;
 }
-
 
 /** Whether a sequence has a cache here. */
 function cached(seq: number): boolean {
