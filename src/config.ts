@@ -79,10 +79,11 @@ const envSchema = z.object({
   // threadsFor): every core, but one thread for a model whose weights are so small that waking
   // a second thread per operator costs more than it saves (bench/README.md "Every core").
   ORT_INTRA_OP_THREADS: int(1, 256).optional(),
-  // Niceness of each model's worker thread and its ONNX threads (Linux: per thread; the HTTP
-  // thread stays at the process's): with every core given to the models, the HTTP thread
-  // still runs first when a request arrives. 10: the scheduler weighs a nice-0 thread about
-  // ten times a nice-10 one. 0 turns it off (bench/README.md "Every core").
+  // Niceness of each model's ONNX threads, and of its worker thread where the workers could fill
+  // the cores (Linux: per thread; the HTTP thread stays at the process's; runtime/thread-policy.ts
+  // workerThreadNice): with every core given to the models, the HTTP thread still runs first
+  // when a request arrives. 10: the scheduler weighs a nice-0 thread about ten times a nice-10
+  // one. 0 turns it off (bench/README.md "Every core", "The worker's own thread").
   MODEL_THREADS_NICE: int(0, 19).default(10),
   // Scheduling policy of the same threads (Linux): `normal` (default) keeps the default policy at
   // the niceness above; `idle` (SCHED_IDLE) runs them only when no other thread wants a core, so

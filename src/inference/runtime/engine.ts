@@ -12,7 +12,7 @@ import { pickReplica } from './replicas.js';
 import { Scheduler } from './scheduler.js';
 import type { LoadedSessions } from './session-choice.js';
 import type { ThreadSpin } from './spin.js';
-import type { ModelThreadSched } from './thread-policy.js';
+import { type ModelThreadSched, workerThreadNice } from './thread-policy.js';
 import { ModelText } from './text.js';
 import { TOKENS_POST_INTERVAL_MS } from './token-posts.js';
 
@@ -134,7 +134,12 @@ export class Engine implements InferenceEngine {
     const names = fs.existsSync(cfg.modelsDir) ? fs.readdirSync(cfg.modelsDir).sort() : [];
     const dirs = names.filter((name) => fs.existsSync(path.join(cfg.modelsDir, name, 'cloudgate.json')));
     // A place for every CPU worker there may be (peers.ts); a folder that fails to load leaves its own empty.
-    const shares = cfg.executionProvider === 'cpu' ? peerShares(dirs.length * (cfg.replicas ?? 1), os.availableParallelism()) : [];
+    const workersMax = dirs.length * (cfg.replicas ?? 1);
+    const shares = cfg.executionProvider === 'cpu' ? peerShares(workersMax, os.availableParallelism()) : [];
+    const nice = cfg.threadsNice ?? 0;
+    const sched = cfg.threadsSched ?? 'normal';
+    // Under SCHED_IDLE, or on a GPU, the worker's thread and its pools alike (thread-policy.ts).
+    const workerNice = cfg.executionProvider === 'cpu' && sched === 'normal' ? workerThreadNice(nice, workersMax, os.availableParallelism()) : nice;
     for (const name of dirs) {
       const dir = path.join(cfg.modelsDir, name);
       const cfgFile = path.join(dir, 'cloudgate.json');
@@ -162,8 +167,9 @@ export class Engine implements InferenceEngine {
           ...extra,
           positionsMax: c.contextLength,
           joinedStepTokensMax: opts.prefillTokensPerStepMax,
-          nice: cfg.threadsNice ?? 0,
-          sched: cfg.threadsSched ?? 'normal',
+          nice,
+          workerNice,
+          sched,
           spin: cfg.threadsSpin ?? 'off',
           tokensPostIntervalMs: cfg.tokensPostIntervalMs ?? TOKENS_POST_INTERVAL_MS,
           kvSplit: cfg.kvSplit ?? true,

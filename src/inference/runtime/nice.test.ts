@@ -4,10 +4,12 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ensureDefaultModels } from '../convert/default-models.js';
 import { Engine } from './engine.js';
+import { niceThreadsStartedBy, workerThreadNice } from './thread-policy.js';
 
-// MODEL_THREADS_NICE / MODEL_THREADS_SCHED: each model's worker thread and the ONNX threads
-// it starts run at the given niceness and policy; the process's other threads (the HTTP thread
-// first) stay as they were.
+// MODEL_THREADS_NICE / MODEL_THREADS_SCHED: each model's ONNX threads run at the given niceness
+// and policy, and its worker thread too where the workers' threads could fill the cores
+// (thread-policy.ts workerThreadNice); the process's other threads (the HTTP thread first) stay
+// as they were.
 
 /** A field of each thread's /proc/<pid>/task/<tid>/stat: 19 niceness, 41 scheduling policy (5: SCHED_IDLE). */
 function statByThread(field: number): Map<number, number> {
@@ -33,14 +35,34 @@ describe.skipIf(process.platform !== 'linux')('model threads niceness (Linux)', 
   it('lowers the model threads, not the main thread', async () => {
     ensureDefaultModels({ modelsDir });
     const before = niceByThread();
-    engine = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 2, threadsNice: 7 });
+    // As many replicas as cores: the workers' own threads could fill them, so they are lowered too.
+    engine = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 2, threadsNice: 7, replicas: os.availableParallelism() });
     const models = engine.list().length;
     const after = niceByThread();
-    const lowered = [...after].filter(([tid, n]) => !before.has(tid) && n === 7);
+    const started = [...after].filter(([tid]) => !before.has(tid));
     // A worker thread and at least one pool thread (2 intra-op threads: the caller and one more) per model.
-    expect(lowered.length).toBeGreaterThanOrEqual(2 * models);
+    expect(started.filter(([, n]) => n === 7).length).toBeGreaterThanOrEqual(2 * models);
+    expect(started.every(([, n]) => n === 7)).toBe(true);
     expect(after.get(process.pid)).toBe(before.get(process.pid));
     expect([...after].filter(([tid]) => before.has(tid)).every(([tid, n]) => n === before.get(tid))).toBe(true);
+  });
+
+  it("keeps a lone model's worker thread at the daemon's niceness where it leaves a core, and lowers its pools", async () => {
+    const oneDir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-nice-one-'));
+    fs.cpSync(path.join(modelsDir, 'stories260k'), path.join(oneDir, 'stories260k'), { recursive: true });
+    const before = niceByThread();
+    const one = await Engine.load({ modelsDir: oneDir, executionProvider: 'cpu', strict: false, intraOpThreads: 2, threadsNice: 7 });
+    try {
+      const started = [...niceByThread()].filter(([tid]) => !before.has(tid)).map(([, n]) => n);
+      const own = workerThreadNice(7, 1, os.availableParallelism());
+      // The wide and spinning sessions' pools (one thread each), and onnxruntime's environment.
+      expect(started.filter((n) => n === 7).length).toBeGreaterThanOrEqual(2);
+      // The worker's own thread: at 0 on a machine of 2 cores or more, the only one.
+      expect(started.filter((n) => n !== 7)).toEqual(own === 7 ? [] : [0]);
+    } finally {
+      await one.close();
+      fs.rmSync(oneDir, { recursive: true, force: true });
+    }
   });
 
   it('puts the model threads, not the others, under SCHED_IDLE when asked', async () => {
@@ -54,6 +76,38 @@ describe.skipIf(process.platform !== 'linux')('model threads niceness (Linux)', 
       expect(after.get(process.pid)).toBe(0);
     } finally {
       await idle.close();
+    }
+  });
+});
+
+describe('the worker thread rule and the pool renicing', () => {
+  it("leaves a worker's thread at the daemon's niceness only while the workers are fewer than the cores", () => {
+    expect(workerThreadNice(10, 1, 2)).toBe(0);
+    expect(workerThreadNice(10, 2, 2)).toBe(10);
+    expect(workerThreadNice(10, 4, 2)).toBe(10);
+    expect(workerThreadNice(10, 3, 16)).toBe(0);
+    expect(workerThreadNice(10, 1, 1)).toBe(10);
+  });
+
+  it.skipIf(process.platform !== 'linux')('renices the threads a session starts, and none when they are not as many as expected', async () => {
+    const ort = await import('onnxruntime-node');
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-nice-pool-'));
+    try {
+      ensureDefaultModels({ modelsDir: dir });
+      const file = path.join(dir, 'stories260k', 'model.onnx');
+      const create = () => ort.InferenceSession.create(file, { intraOpNumThreads: 2 });
+      // The first session of the process also starts onnxruntime's environment thread.
+      await create();
+      const before = niceByThread();
+      const wrong = await niceThreadsStartedBy(create, [0, 2], 5);
+      expect(wrong.niced).toBe(false);
+      const untouched = [...niceByThread()].filter(([tid]) => !before.has(tid));
+      expect(untouched.map(([, n]) => n)).toEqual([0]);
+      const right = await niceThreadsStartedBy(create, [1], 5);
+      expect(right.niced).toBe(true);
+      expect([...niceByThread()].filter(([tid]) => !before.has(tid)).map(([, n]) => n).sort()).toEqual([0, 5]);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
     }
   });
 });

@@ -27,8 +27,10 @@ export interface InitMsg {
   spinningSession: boolean;
   /** Also load the graph with its block-quantized products as int8 ones (prefill-graph.ts), where it has any, and with spinningSession that graph on spinning threads too; steps of several rows may go there (session-choice.ts). */
   prefillSession: boolean;
-  /** Niceness of the worker and its ONNX threads (Linux; 0 leaves them at the process's). */
+  /** Niceness of the worker's ONNX threads (Linux; 0 leaves them at the process's). */
   nice: number;
+  /** Niceness of the worker's own thread (thread-policy.ts workerThreadNice): at most `nice`. */
+  workerNice: number;
   /** Their scheduling policy (thread-policy.ts). */
   sched: ModelThreadSched;
   /** How intra-op threads wait between operators (spin.ts). */

@@ -17,7 +17,7 @@ import { spinningSessionConfig, spinSessionConfig } from './spin.js';
 import { prefillGraph } from './prefill-graph.js';
 import { weightTypeHere } from './integer-products.js';
 import { fp16BitsToFp32 } from '../convert/quantize.js';
-import { scheduleThisThreadIdle } from './thread-policy.js';
+import { niceThreadsStartedBy, scheduleThisThreadIdle } from './thread-policy.js';
 import { sharedNow, TOKENS_POSTED_AT_ONCE, TokenPosts } from './token-posts.js';
 
 // One model's ONNX session, run on this thread (session.run blocks it), the
@@ -101,15 +101,31 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   w.peers = new WorkerPeers(msg.peers);
   // On Linux a thread's niceness is its own (setpriority on "this process" acts on the calling
   // thread), and the threads onnxruntime starts next inherit it: the model yields the cores to
-  // the HTTP thread, not the other way round. Elsewhere it would renice the whole daemon: left.
-  if (msg.nice > 0 && process.platform === 'linux') {
+  // the HTTP thread, not the other way round. The worker's own thread may stay at the daemon's
+  // (thread-policy.ts workerThreadNice); then the pools its sessions start are given `nice` as
+  // they start. Elsewhere it would renice the whole daemon: left.
+  const linux = process.platform === 'linux';
+  if (msg.workerNice > 0 && linux) {
     try {
-      os.setPriority(msg.nice);
+      os.setPriority(msg.workerNice);
     } catch (e) {
       // A sandbox that refuses setpriority costs the HTTP thread its head start, not the model.
       port.postMessage({ type: 'warning', message: `model threads left at the daemon's priority: ${(e as Error).message}` } satisfies WorkerEvent);
     }
   }
+  const poolNice = linux && msg.nice > msg.workerNice ? msg.nice : 0;
+  let ortStarted = false;
+  /** Every session of this worker: its pool (intra-op threads but the caller) at `poolNice`. */
+  const createSession = async (model: string | Uint8Array, options: ort.InferenceSession.SessionOptions): Promise<ort.InferenceSession> => {
+    const create = () => (typeof model === 'string' ? ort.InferenceSession.create(model, options) : ort.InferenceSession.create(model, options));
+    const pool = (options.intraOpNumThreads ?? 1) - 1;
+    const first = !ortStarted;
+    ortStarted = true;
+    if (!poolNice || pool < 1) return create();
+    const { value, niced } = await niceThreadsStartedBy(create, first ? [pool, pool + 1] : [pool], poolNice);
+    if (!niced) port.postMessage({ type: 'warning', message: `a session's threads left at the daemon's priority: other threads started while it loaded, or setpriority refused` } satisfies WorkerEvent);
+    return value;
+  };
   // SCHED_IDLE (MODEL_THREADS_SCHED): niceness only lowers the model threads' share, and a request
   // still waited for a core up to their time slice; an idle thread gives way at once.
   if (msg.sched === 'idle') {
@@ -130,13 +146,13 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   };
   let provider = msg.executionProvider;
   try {
-    w.session = await ort.InferenceSession.create(msg.modelPath, { ...base, executionProviders: [provider] });
+    w.session = await createSession(msg.modelPath, { ...base, executionProviders: [provider] });
   } catch (e) {
     if (provider === 'cpu' || msg.strict) throw e;
     // A GPU provider that cannot start falls back to CPU unless told to insist.
     port.postMessage({ type: 'warning', message: `${provider} failed (${(e as Error).message}); using cpu` } satisfies WorkerEvent);
     provider = 'cpu';
-    w.session = await ort.InferenceSession.create(msg.modelPath, { ...base, executionProviders: ['cpu'] });
+    w.session = await createSession(msg.modelPath, { ...base, executionProviders: ['cpu'] });
   }
   // The extra sessions are only ever faster, so one that fails to load is left out with a warning.
   const extra = async (what: string, without: string, create: () => Promise<ort.InferenceSession | undefined>) => {
@@ -158,15 +174,15 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   const prefillSessionOf = async (file: string, options: ort.InferenceSession.SessionOptions = prefillOptions) => {
     if (!prefillGraphs.has(file)) prefillGraphs.set(file, prefillGraph(fs.readFileSync(file), await weightTypeHere()));
     const graph = prefillGraphs.get(file);
-    return graph ? ort.InferenceSession.create(graph, options) : undefined;
+    return graph ? createSession(graph, options) : undefined;
   };
   // The extra sessions are CPU sessions: a model on a GPU provider runs every step on it.
   const onCpu = provider === 'cpu';
   w.byKind = {
     wide: w.session,
     // Threads are per session: one thread here, every core in `session`.
-    narrow: onCpu && msg.narrowSession ? await extra('one-thread session', `every step runs on ${msg.intraOpThreads} threads`, () => ort.InferenceSession.create(msg.modelPath, { ...cpu, intraOpNumThreads: 1 })) : undefined,
-    spinning: onCpu && msg.spinningSession ? await extra('spinning session', 'steps run on sleeping threads', () => ort.InferenceSession.create(msg.modelPath, { ...cpu, extra: { session: spinningSessionConfig() } })) : undefined,
+    narrow: onCpu && msg.narrowSession ? await extra('one-thread session', `every step runs on ${msg.intraOpThreads} threads`, () => createSession(msg.modelPath, { ...cpu, intraOpNumThreads: 1 })) : undefined,
+    spinning: onCpu && msg.spinningSession ? await extra('spinning session', 'steps run on sleeping threads', () => createSession(msg.modelPath, { ...cpu, extra: { session: spinningSessionConfig() } })) : undefined,
     prefill: onCpu && msg.prefillSession ? await extra('prefill session', 'long steps multiply as short ones do', () => prefillSessionOf(msg.modelPath)) : undefined,
     prefillSpinning:
       onCpu && msg.prefillSession && msg.spinningSession ? await extra('spinning prefill session', 'short steps of several rows run on sleeping threads', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, extra: { session: spinningSessionConfig() } })) : undefined,
@@ -208,7 +224,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   if (msg.branchModelPath) {
     // The branch graph only makes scoring faster: a model whose branch graph does not load scores without it.
     try {
-      const s = await ort.InferenceSession.create(msg.branchModelPath, { ...base, executionProviders: [provider] });
+      const s = await createSession(msg.branchModelPath, { ...base, executionProviders: [provider] });
       if (!s.inputNames.includes('prefix_key_values.0.key')) throw new Error('it has no prefix_key_values inputs');
       w.branchSession = s;
       w.arch.sharedPrefix = true;
