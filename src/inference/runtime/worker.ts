@@ -115,6 +115,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   }
   const poolNice = linux && msg.nice > msg.workerNice ? msg.nice : 0;
   let ortStarted = false;
+  let warnedNice = false;
   /** Every session of this worker: its pool (intra-op threads but the caller) at `poolNice`. */
   const createSession = async (model: string | Uint8Array, options: ort.InferenceSession.SessionOptions): Promise<ort.InferenceSession> => {
     const create = () => (typeof model === 'string' ? ort.InferenceSession.create(model, options) : ort.InferenceSession.create(model, options));
@@ -123,7 +124,11 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
     ortStarted = true;
     if (!poolNice || pool < 1) return create();
     const { value, niced } = await niceThreadsStartedBy(create, first ? [pool, pool + 1] : [pool], poolNice);
-    if (!niced) port.postMessage({ type: 'warning', message: `a session's threads left at the daemon's priority: other threads started while it loaded, or setpriority refused` } satisfies WorkerEvent);
+    // Once a worker: a sandbox that refuses setpriority refuses it for every session.
+    if (!niced && !warnedNice) {
+      warnedNice = true;
+      port.postMessage({ type: 'warning', message: `a session's threads left at the daemon's priority: other threads started while it loaded, or setpriority refused` } satisfies WorkerEvent);
+    }
     return value;
   };
   // SCHED_IDLE (MODEL_THREADS_SCHED): niceness only lowers the model threads' share, and a request
