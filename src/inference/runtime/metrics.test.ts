@@ -37,6 +37,12 @@ describe('a model served by replicas', () => {
     expect(await value('cloudgate_engine_model_down', model)).toBe(0);
     M.modelDown.set({ model, replica: 0 }, true);
     expect(await value('cloudgate_engine_model_down', model)).toBe(1);
+    // A replica that has not reported yet is no zero in the mean, nor in the shortest wait.
+    const late = 'test/replicated-late';
+    M.kvUsage.set({ model: late, replica: 1 }, 0.4);
+    expect(await value('vllm:kv_cache_usage_perc', late)).toBeCloseTo(0.4);
+    M.admissionWait.set({ model: late, replica: 1 }, 2);
+    expect(await value('cloudgate_engine_admission_wait_seconds', late)).toBe(2);
     // One worker (no replica index) reads as before.
     M.running.set({ model: 'test/single' }, 7);
     expect(await value('vllm:num_requests_running', 'test/single')).toBe(7);

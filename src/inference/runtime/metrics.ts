@@ -27,6 +27,8 @@ class PerReplica {
     return this.fold(values);
   }
 }
+// `values` is indexed by replica and may have holes (a replica that has not reported yet):
+// reduce skips holes, so each fold, the mean's count included, reads the replicas that reported.
 const sum = (vs: number[]) => vs.reduce((a, b) => a + b, 0);
 const least = (vs: number[]) => vs.reduce((a, b) => Math.min(a, b), Infinity);
 const mean = (vs: number[]) => sum(vs) / vs.reduce((n) => n + 1, 0);
