@@ -244,9 +244,14 @@ export function envOf(spec: string | undefined): Record<string, string> {
   return env;
 }
 
-/** A bench's `--name value` pairs, by name without the dashes. */
+/** A bench's `--name value` pairs and bare `--flag`s (as 'true'), by name without the dashes. */
 export function benchArgs(argv: string[] = process.argv.slice(2)): Map<string, string> {
   const args = new Map<string, string>();
-  for (let i = 0; i < argv.length; i += 2) args.set(argv[i]!.replace(/^--/, ''), argv[i + 1]!);
+  for (let i = 0; i < argv.length; i++) {
+    const value = argv[i + 1];
+    // a flag followed by another flag, or last, stands alone (`--http`, `--int8-products`)
+    if (value === undefined || value.startsWith('--')) args.set(argv[i]!.replace(/^--/, ''), 'true');
+    else args.set(argv[i++]!.replace(/^--/, ''), value);
+  }
   return args;
 }

@@ -15,6 +15,9 @@ import { benchArgs, benchKey, envOf, machine, pairSummary, streamPhase } from '.
 // as compare.sh sets it up (its node_modules, the GGUF it wrote).
 // Usage: node dist/bench/peer-ab.js --model peer/m25 --models-dir DIR --gguf FILE.gguf [--threads 1] [--streams 1]
 //   [--rounds 8] [--seconds 3] [--ttft first-token] [--kv f16] [--env 'K=V,K=V'] (the daemon's settings, e.g. MODEL_REPLICAS=2)
+//   [--http]: llama.cpp behind the harness's node:http SSE server, driven by a client like ours, so both
+//   sides pay for HTTP, a socket and a client on the same cores (in process it pays for none of them)
+//   [--warm-seconds 5]: the daemon streams this long before the first pair
 
 const args = benchArgs();
 const gguf = args.get('gguf');
@@ -28,6 +31,13 @@ const firstToken = args.get('ttft') === 'first-token';
 const harness = path.resolve(repoRoot, '../shared/peer/llamacpp-bench.mjs');
 /** Streaming on the daemon before its phase is timed: its threads wake and its caches fill (llama.cpp's run warms up in its own process). */
 const WARM_SECONDS = 0.3;
+/**
+ * Streaming before the first pair, so that the daemon's JavaScript runs compiled as in a daemon
+ * that has served for a while: in its first seconds V8's compiler threads took ~6 % of a core
+ * and the HTTP thread ~20 % more time a token (bench/README.md, "Both sides over HTTP").
+ */
+const FIRST_WARM_SECONDS_DEFAULT = 5;
+const overHttp = args.has('http');
 
 interface Phase {
   rate: number;
@@ -36,7 +46,7 @@ interface Phase {
 
 function llamaPhase(): Promise<Phase> {
   const out = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'peer-ab-')), 'llama.json');
-  const argv = [harness, '--model', gguf!, '--threads', String(threads), '--streams', String(streams), '--seconds', String(seconds), '--kv', args.get('kv') ?? 'f16', '--json', out];
+  const argv = [harness, '--model', gguf!, '--threads', String(threads), '--streams', String(streams), '--seconds', String(seconds), '--kv', args.get('kv') ?? 'f16', '--json', out, ...(overHttp ? ['--http'] : [])];
   return new Promise((resolve, reject) => {
     const p = spawn(process.execPath, argv, { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, NODE_LLAMA_CPP_SKIP_DOWNLOAD: 'true' } });
     p.on('error', reject);
@@ -57,10 +67,11 @@ async function main() {
   try {
     const key = await benchKey(d, ['inference:use'], 1_000_000_000);
     const url = `${d.inferenceUrl}/v1/chat/completions`;
-    console.log(`machine: ${machine()}\ncloudgate ${model} against llama.cpp ${path.basename(gguf!)} (${threads} thread(s)), ${streams} stream(s)${args.has('env') ? `, daemon with ${args.get('env')}` : ''}, ${rounds} pairs of ${seconds} s phases (order alternating), TTFT at the first ${firstToken ? 'token' : 'text'} for cloudgate, the first token for llama.cpp`);
+    console.log(`machine: ${machine()}\ncloudgate ${model} against llama.cpp ${path.basename(gguf!)} (${threads} thread(s)${overHttp ? ', behind node:http SSE' : ', in process'}), ${streams} stream(s)${args.has('env') ? `, daemon with ${args.get('env')}` : ''}, ${rounds} pairs of ${seconds} s phases (order alternating), TTFT at the first ${firstToken ? 'token' : 'text'} for cloudgate, the first token for llama.cpp`);
     const cg: Phase[] = [];
     const ll: Phase[] = [];
     const opts = { model, maxTokens: 64, firstToken };
+    await streamPhase(url, key, streams, Number(args.get('warm-seconds') ?? FIRST_WARM_SECONDS_DEFAULT), opts);
     for (let r = 0; r < rounds; r++) {
       for (const side of r % 2 ? (['llama', 'cg'] as const) : (['cg', 'llama'] as const)) {
         if (side === 'llama') ll.push(await llamaPhase());
