@@ -1,5 +1,3 @@
-import fs from 'node:fs';
-import os from 'node:os';
 import v8 from 'node:v8';
 import { parentPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
@@ -13,12 +11,9 @@ import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/gramm
 import { WorkerPeers } from './peers.js';
 import { SessionChoice, sessionsFor, type LoadedSessions, type SessionKind } from './session-choice.js';
 import { inStepBudget } from './options.js';
-import { spinningSessionConfig, spinSessionConfig } from './spin.js';
-import { prefillGraph } from './prefill-graph.js';
-import { weightTypeHere } from './integer-products.js';
 import { fp16BitsToFp32 } from '../convert/quantize.js';
-import { niceThreadsStartedBy, scheduleThisThreadIdle } from './thread-policy.js';
 import { sharedNow, TOKENS_POSTED_AT_ONCE, TokenPosts } from './token-posts.js';
+import { loadModel } from './worker-sessions.js';
 
 // One model's ONNX session, run on this thread (session.run blocks it), the
 // KV cache of every live sequence (kv.ts) and the batch of the last step.
@@ -99,149 +94,19 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   w.tokensPostIntervalMs = msg.tokensPostIntervalMs;
   w.joinedStepTokensMax = msg.joinedStepTokensMax;
   w.peers = new WorkerPeers(msg.peers);
-  // On Linux a thread's niceness is its own (setpriority on "this process" acts on the calling
-  // thread), and the threads onnxruntime starts next inherit it: the model yields the cores to
-  // the HTTP thread, not the other way round. The worker's own thread may stay at the daemon's
-  // (thread-policy.ts workerThreadNice); then the pools its sessions start are given `nice` as
-  // they start. Elsewhere it would renice the whole daemon: left.
-  const linux = process.platform === 'linux';
-  if (msg.workerNice > 0 && linux) {
-    try {
-      os.setPriority(msg.workerNice);
-    } catch (e) {
-      // A sandbox that refuses setpriority costs the HTTP thread its head start, not the model.
-      port.postMessage({ type: 'warning', message: `model threads left at the daemon's priority: ${(e as Error).message}` } satisfies WorkerEvent);
-    }
-  }
-  const poolNice = linux && msg.nice > msg.workerNice ? msg.nice : 0;
-  let ortStarted = false;
-  let warnedNice = false;
-  /** Every session of this worker: its pool (intra-op threads but the caller) at `poolNice`. */
-  const createSession = async (model: string | Uint8Array, options: ort.InferenceSession.SessionOptions): Promise<ort.InferenceSession> => {
-    const create = () => (typeof model === 'string' ? ort.InferenceSession.create(model, options) : ort.InferenceSession.create(model, options));
-    const pool = (options.intraOpNumThreads ?? 1) - 1;
-    const first = !ortStarted;
-    ortStarted = true;
-    if (!poolNice || pool < 1) return create();
-    const { value, niced } = await niceThreadsStartedBy(create, first ? [pool, pool + 1] : [pool], poolNice);
-    // Once a worker: a sandbox that refuses setpriority refuses it for every session.
-    if (!niced && !warnedNice) {
-      warnedNice = true;
-      port.postMessage({ type: 'warning', message: `a session's threads left at the daemon's priority: other threads started while it loaded, or setpriority refused` } satisfies WorkerEvent);
-    }
-    return value;
-  };
-  // SCHED_IDLE (MODEL_THREADS_SCHED): niceness only lowers the model threads' share, and a request
-  // still waited for a core up to their time slice; an idle thread gives way at once.
-  if (msg.sched === 'idle') {
-    try {
-      scheduleThisThreadIdle();
-    } catch (e) {
-      port.postMessage({ type: 'warning', message: `model threads left under the normal scheduling policy: ${(e as Error).message}` } satisfies WorkerEvent);
-    }
-  }
-  const base: ort.InferenceSession.SessionOptions = {
-    graphOptimizationLevel: 'all',
-    intraOpNumThreads: msg.intraOpThreads,
-    interOpNumThreads: 1,
-    executionMode: 'sequential',
-    // By default threads that wait for work sleep: spinning ones, even only while a step runs,
-    // keep the HTTP thread waiting for a core (ORT_INTRA_OP_SPIN in config.ts, spin.ts).
-    extra: { session: spinSessionConfig(msg.spin) },
-  };
-  let provider = msg.executionProvider;
-  try {
-    w.session = await createSession(msg.modelPath, { ...base, executionProviders: [provider] });
-  } catch (e) {
-    if (provider === 'cpu' || msg.strict) throw e;
-    // A GPU provider that cannot start falls back to CPU unless told to insist.
-    port.postMessage({ type: 'warning', message: `${provider} failed (${(e as Error).message}); using cpu` } satisfies WorkerEvent);
-    provider = 'cpu';
-    w.session = await createSession(msg.modelPath, { ...base, executionProviders: ['cpu'] });
-  }
-  // The extra sessions are only ever faster, so one that fails to load is left out with a warning.
-  const extra = async (what: string, without: string, create: () => Promise<ort.InferenceSession | undefined>) => {
-    try {
-      return await create();
-    } catch (e) {
-      port.postMessage({ type: 'warning', message: `${what} not loaded (${(e as Error).message}); ${without}` } satisfies WorkerEvent);
-      return undefined;
-    }
-  };
-  const cpu = { ...base, executionProviders: ['cpu'] };
-  // The prefill sessions run steps of every length, and a memory pattern (one block planned per
-  // shape) held ~70 MiB more after 20 prompts of 512 tokens of m25 int4 than the arena alone, at
-  // the same speed (bench/README.md "Long steps in float32").
-  const prefillOptions = { ...cpu, enableMemPattern: false };
-  // A file's prefill graph, made once for its sessions; undefined where it has no block-quantized
-  // products to change: nothing to load.
-  const prefillGraphs = new Map<string, Uint8Array | undefined>();
-  const prefillSessionOf = async (file: string, options: ort.InferenceSession.SessionOptions = prefillOptions) => {
-    if (!prefillGraphs.has(file)) prefillGraphs.set(file, prefillGraph(fs.readFileSync(file), await weightTypeHere()));
-    const graph = prefillGraphs.get(file);
-    return graph ? createSession(graph, options) : undefined;
-  };
-  // The extra sessions are CPU sessions: a model on a GPU provider runs every step on it.
-  const onCpu = provider === 'cpu';
-  w.byKind = {
-    wide: w.session,
-    // Threads are per session: one thread here, every core in `session`.
-    narrow: onCpu && msg.narrowSession ? await extra('one-thread session', `every step runs on ${msg.intraOpThreads} threads`, () => createSession(msg.modelPath, { ...cpu, intraOpNumThreads: 1 })) : undefined,
-    spinning: onCpu && msg.spinningSession ? await extra('spinning session', 'steps run on sleeping threads', () => createSession(msg.modelPath, { ...cpu, extra: { session: spinningSessionConfig() } })) : undefined,
-    prefill: onCpu && msg.prefillSession ? await extra('prefill session', 'long steps multiply as short ones do', () => prefillSessionOf(msg.modelPath)) : undefined,
-    prefillSpinning:
-      onCpu && msg.prefillSession && msg.spinningSession ? await extra('spinning prefill session', 'short steps of several rows run on sleeping threads', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, extra: { session: spinningSessionConfig() } })) : undefined,
-    // Only a worker beside others (peers.ts) steps on one thread while they step: each a core.
-    // On one thread anyway, the prefill session is that already.
-    prefillNarrow:
-      onCpu && msg.prefillSession && (msg.peers?.live.length ?? 0) > 1 && msg.intraOpThreads > 1 ? await extra('one-thread prefill session', 'a step of several rows beside other busy models runs on every core', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, intraOpNumThreads: 1 })) : undefined,
-  };
-  w.loaded = { narrow: !!w.byKind.narrow, spinning: !!w.byKind.spinning, prefill: !!w.byKind.prefill, prefillSpinning: !!w.byKind.prefillSpinning, prefillNarrow: !!w.byKind.prefillNarrow };
+  const m = await loadModel(msg, (message) => port.postMessage({ type: 'warning', message } satisfies WorkerEvent));
+  w.session = m.session;
+  w.byKind = m.byKind;
+  w.loaded = m.loaded;
   if (Object.values(w.loaded).some(Boolean)) w.choice = new SessionChoice();
-  const meta = w.session.inputMetadata;
-  const slotCache = meta.some((m) => m.name === 'cache_bias');
-  const pastKeys = meta.filter((m) => (slotCache ? /^cache\.\d+\.key$/ : /^past_key_values\.\d+\.key$/).test(m.name));
-  if (pastKeys.length === 0) throw new Error('model has no past_key_values.N.key (or cache.N.key) inputs: not a decoder with a KV cache');
-  const k0 = pastKeys[0]! as ort.InferenceSession.TensorValueMetadata;
-  const kvHeads = Number(k0.shape[1]);
-  const headDim = Number(k0.shape[3]);
-  if (!Number.isInteger(kvHeads) || !Number.isInteger(headDim)) throw new Error(`cannot read KV heads and head size from ${k0.name} shape ${JSON.stringify(k0.shape)}`);
-  const logitsMeta = w.session.outputMetadata.find((m) => m.name === 'logits') as ort.InferenceSession.TensorValueMetadata | undefined;
-  if (!logitsMeta) throw new Error('model has no logits output');
-  w.arch = {
-    layers: pastKeys.length,
-    kvHeads,
-    headDim,
-    kvType: k0.type === 'float16' ? 'float16' : 'float32',
-    logitsType: logitsMeta.type === 'float16' ? 'float16' : 'float32',
-    vocab: Number(logitsMeta.shape[2]) || 0,
-    hasPositionIds: meta.some((m) => m.name === 'position_ids'),
-    provider,
-    sharedPrefix: false,
-    ...(w.byKind.prefill || w.byKind.prefillSpinning ? { prefillWeights: await weightTypeHere() } : {}),
-  };
+  w.branchSession = m.branchSession;
+  w.branchPrefill = m.branchPrefill;
+  if (w.branchPrefill) w.branchChoice = new SessionChoice();
+  w.arch = m.arch;
   w.store = new KvStore(w.arch);
-  if (slotCache) {
-    if (w.arch.kvType !== 'float32' || w.arch.logitsType !== 'float32') throw new Error('a slot-cache graph keeps a float32 cache and float32 logits');
-    // A second run per step costs another pass over the weights on the CPU; on a GPU, another step's launches.
-    w.slots = new KvPools({ ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: onCpu }, msg.modelBytes, msg.kvSplit && onCpu);
-  }
-  if (msg.branchModelPath) {
-    // The branch graph only makes scoring faster: a model whose branch graph does not load scores without it.
-    try {
-      const s = await createSession(msg.branchModelPath, { ...base, executionProviders: [provider] });
-      if (!s.inputNames.includes('prefix_key_values.0.key')) throw new Error('it has no prefix_key_values inputs');
-      w.branchSession = s;
-      w.arch.sharedPrefix = true;
-    } catch (e) {
-      port.postMessage({ type: 'warning', message: `${msg.branchModelPath} not used (${(e as Error).message}); branches are scored with the model graph` } satisfies WorkerEvent);
-    }
-    if (w.branchSession && onCpu && msg.prefillSession) {
-      const branchPath = msg.branchModelPath;
-      w.branchPrefill = await extra('prefill branch session', 'branch steps multiply as short ones do', () => prefillSessionOf(branchPath));
-      if (w.branchPrefill) w.branchChoice = new SessionChoice();
-    }
-  }
+  // A second run per step costs another pass over the weights on the CPU; on a GPU, another step's launches.
+  const onCpu = m.arch.provider === 'cpu';
+  if (m.slotCache) w.slots = new KvPools({ ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: onCpu }, msg.modelBytes, msg.kvSplit && onCpu);
 }
 
 /** The sessions a branch step may run on: its graph as converted, and with its products as int8 ones for many tokens. */
