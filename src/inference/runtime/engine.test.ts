@@ -395,6 +395,25 @@ describe('engine workers telling each other what they hold (peers.ts)', () => {
     for (let i = 0; i < 50 && Atomics.load(share.live, share.index) > 0; i++) await new Promise((r) => setTimeout(r, 10));
     expect(Atomics.load(share.live, share.index)).toBe(0);
   });
+
+  it('shows none for a worker whose only reader stopped reading, while it still holds the sequence', async () => {
+    // Four tokens waiting pause a sequence (the scheduler's backpressure): the worker then runs no step.
+    const paused = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { pendingTokensMax: 4 } });
+    try {
+      const model = (paused as unknown as { models: Map<string, { runners: Array<{ init: { peers?: { live: Int32Array; index: number } } }>; schedulers: Array<{ load(): number }> }> }).models.get(CHAT)!;
+      const share = model.runners[0]!.init.peers!;
+      const it = paused.generate(CHAT, { promptTokens: prompt(3), maxTokens: 40, temperature: 0, topP: 1, stop: [], adjust: { bias: [[2, -100]], presence: 0, frequency: 0 } });
+      const first = (await it.next()).value as GenerateEvent;
+      // Not reading now: within PEERS_REST_AFTER_IDLE_MS of its last step the worker shows none.
+      for (let i = 0; i < 100 && Atomics.load(share.live, share.index) > 0; i++) await new Promise((r) => setTimeout(r, 10));
+      expect(Atomics.load(share.live, share.index)).toBe(0);
+      expect(model.schedulers[0]!.load()).toBe(1); // held, not finished
+      const rest = await collect(it);
+      expect((first.type === 'delta' ? first.tokenIds.length : 0) + rest.ids.length).toBe(40);
+    } finally {
+      await paused.close();
+    }
+  });
 });
 
 describe('engine token posts', () => {

@@ -103,7 +103,7 @@ export class Runner {
     if (w !== this.worker || this.closing) return;
     this.worker = undefined;
     // Its sequences died with it: the other workers get their cores back now, not when it restarts (peers.ts).
-    new WorkerPeers(this.init.peers).publish(0);
+    new WorkerPeers(this.init.peers).rest();
     const err = new WorkerLost(`model ${this.modelId}'s worker died: ${cause.message}`);
     log.error({ model: this.modelId, err: cause }, 'model worker died; its requests in flight fail');
     for (const p of this.pending.values()) p.fail(err);

@@ -8,7 +8,7 @@ import { KvPools } from './kv-pools.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
-import { WorkerPeers } from './peers.js';
+import { PEERS_REST_AFTER_IDLE_MS, WorkerPeers } from './peers.js';
 import { SessionChoice, sessionsFor, type LoadedSessions, type SessionKind } from './session-choice.js';
 import { inStepBudget } from './options.js';
 import { fp16BitsToFp32 } from '../convert/quantize.js';
@@ -64,6 +64,8 @@ interface WorkerState {
   busy: boolean;
   /** Model work, one piece at a time in arrival order. */
   queue: Promise<void>;
+  /** Pieces of work queued or running: at none, the worker rests for its peers (restWhenIdle). */
+  pending: number;
   /** Forward passes so far by session, reported with every step's answer and decode run's end (metrics). */
   passes: ModelPasses;
   /** The daemon's other model workers (peers.ts): told this one's live sequences, asked whether theirs fill the cores. */
@@ -85,6 +87,7 @@ const w = {
   joinedStepTokensMax: 0,
   busy: false,
   queue: Promise.resolve(),
+  pending: 0,
   passes: noPasses(),
   peers: new WorkerPeers(),
 } as Partial<WorkerState> as WorkerState;
@@ -250,7 +253,7 @@ function afterStep(rows: StepRow[], kvs: Kv[], out: ort.InferenceSession.OnnxVal
 async function runModel(feeds: Record<string, ort.Tensor>, tokens: number): Promise<ort.InferenceSession.OnnxValueMapType> {
   // Every worker tells the others, a model with one session too: its steps take a core either way.
   const live = (w.slots ?? w.store).live;
-  w.peers.publish(live);
+  w.peers.stepping(live);
   if (!w.choice) {
     w.passes.wide++;
     return w.session.run(feeds);
@@ -624,13 +627,13 @@ function fork(from: number, to: number[]): void {
 function free(seqs: number[]): void {
   if (w.slots) {
     for (const s of seqs) if (w.slots.delete(s)) samplers.delete(s);
-    w.peers.publish(w.slots.live);
+    w.peers.freed(w.slots.live);
     if (!w.slots.live) releaseSlotsWhenIdle();
     return;
   }
   if (w.batch && seqs.some((s) => w.batch!.seqs.includes(s))) materialize();
   for (const s of seqs) if (w.store.delete(s)) samplers.delete(s);
-  w.peers.publish(w.store.live);
+  w.peers.freed(w.store.live);
 }
 
 /** Decode steps of the warm-up: enough for the session choice's measuring bursts of every session at batch 1 (3 sessions x 2 bursts of 3). */
@@ -719,6 +722,7 @@ async function warmUpLong(positionsMax: number): Promise<void> {
 // Model work runs one piece at a time, in arrival order; interrupts and
 // frees act at once (frees wait for the step in flight, see above).
 function serial(msg: WorkerCommand & { id: number }, work: () => Promise<void>): void {
+  w.pending++;
   w.queue = w.queue.then(async () => {
     w.busy = true;
     try {
@@ -728,8 +732,25 @@ function serial(msg: WorkerCommand & { id: number }, work: () => Promise<void>):
     } finally {
       w.busy = false;
       applyDeferredFrees();
+      if (--w.pending === 0) restWhenIdle();
     }
   });
+}
+
+// A worker without work for a while is not busy for its peers (peers.ts), whatever it holds.
+let restTimer: NodeJS.Timeout | undefined;
+let idleSince = 0;
+function restWhenIdle(): void {
+  idleSince = performance.now();
+  if (restTimer) return; // armed: it checks again when it fires
+  const check = (): void => {
+    restTimer = undefined;
+    if (w.pending) return;
+    const left = idleSince + PEERS_REST_AFTER_IDLE_MS - performance.now();
+    if (left > 0) restTimer = setTimeout(check, left).unref();
+    else w.peers.rest();
+  };
+  restTimer = setTimeout(check, PEERS_REST_AFTER_IDLE_MS).unref();
 }
 
 // The worker's own memory, for the engine's metrics: a soak showed RSS growing and the main
