@@ -742,15 +742,15 @@ let restTimer: NodeJS.Timeout | undefined;
 let idleSince = 0;
 function restWhenIdle(): void {
   idleSince = performance.now();
-  if (restTimer) return; // armed: it checks again when it fires
-  const check = (): void => {
-    restTimer = undefined;
-    if (w.pending) return;
-    const left = idleSince + PEERS_REST_AFTER_IDLE_MS - performance.now();
-    if (left > 0) restTimer = setTimeout(check, left).unref();
-    else w.peers.rest();
-  };
-  restTimer = setTimeout(check, PEERS_REST_AFTER_IDLE_MS).unref();
+  // One timer at a time: an armed one looks at the latest idleSince when it fires.
+  if (!restTimer) restTimer = setTimeout(restIfStillIdle, PEERS_REST_AFTER_IDLE_MS).unref();
+}
+function restIfStillIdle(): void {
+  restTimer = undefined;
+  if (w.pending) return; // working again: its next drain arms the timer anew
+  const left = idleSince + PEERS_REST_AFTER_IDLE_MS - performance.now();
+  if (left > 0) restTimer = setTimeout(restIfStillIdle, left).unref();
+  else w.peers.rest();
 }
 
 // The worker's own memory, for the engine's metrics: a soak showed RSS growing and the main
