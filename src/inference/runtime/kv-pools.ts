@@ -16,6 +16,15 @@ import { freshSlotCapacity, KvSlots, type SlotLayout } from './kv-slots.js';
  */
 const RUN_COST_OVER_WEIGHT_BYTES = 2;
 /**
+ * What a run costs besides reading its weights, as weight bytes read in the same time: the
+ * dispatch of a graph's ~240 small operators. A one-row step on one thread on a Zen 4 took
+ * 0.355 / 2.137 / 6.288 ms for stories260K f32 / m25 int4 / m110 int4 (1.2 / 17.4 / 55.3 MB):
+ * ~0.23 ms fixed and 0.11 ms a MB, so ~2 MB of weights' worth. Without it a small model's
+ * second run was counted at a fraction of its cost (stories260K: 2.4 MB of cache read where the
+ * run costs ~6.6), and its sequences were split where one run would have been faster.
+ */
+export const RUN_FIXED_COST_WEIGHT_BYTES = 2_000_000;
+/**
  * The sequences move to a new grouping only when it reads this fraction of a run's cost less
  * than the one they are in: each move copies a sequence's positions once, and two groupings of
  * about the same cost must not take turns.
@@ -44,15 +53,17 @@ export class KvPools {
   /**
    * @param weightBytes the model graph's weights (its file's size): what another run reads again.
    * @param split whether sequences may be kept apart at all (KV_SPLIT_LONG_ROWS).
+   * @param runFixedWeightBytes a run's own cost besides its weights (tests of tiny graphs set 0).
    */
   constructor(
     private readonly layout: SlotLayout,
     weightBytes: number,
     private readonly split = true,
+    runFixedWeightBytes = RUN_FIXED_COST_WEIGHT_BYTES,
   ) {
     this.caches = Array.from({ length: split ? CACHES_MAX : 1 }, (_, i) => new KvSlots(layout, i ? LONG_CACHE_SLOTS_MIN : undefined));
     this.positionBytes = 2 * layout.layers * layout.kvHeads * layout.headDim * 4;
-    this.runBytes = weightBytes * RUN_COST_OVER_WEIGHT_BYTES;
+    this.runBytes = (weightBytes + runFixedWeightBytes) * RUN_COST_OVER_WEIGHT_BYTES;
   }
 
   /** The cache new sequences start in. */
