@@ -38,6 +38,8 @@ const WARM_SECONDS = 0.3;
  */
 const FIRST_WARM_SECONDS_DEFAULT = 5;
 const overHttp = args.has('http');
+const firstWarmSeconds = Number(args.get('warm-seconds') ?? FIRST_WARM_SECONDS_DEFAULT);
+if (!(firstWarmSeconds >= 0)) throw new Error(`--warm-seconds: seconds, 0 or more, got '${args.get('warm-seconds')}'`);
 
 interface Phase {
   rate: number;
@@ -71,7 +73,7 @@ async function main() {
     const cg: Phase[] = [];
     const ll: Phase[] = [];
     const opts = { model, maxTokens: 64, firstToken };
-    await streamPhase(url, key, streams, Number(args.get('warm-seconds') ?? FIRST_WARM_SECONDS_DEFAULT), opts);
+    await streamPhase(url, key, streams, firstWarmSeconds, opts);
     for (let r = 0; r < rounds; r++) {
       for (const side of r % 2 ? (['llama', 'cg'] as const) : (['cg', 'llama'] as const)) {
         if (side === 'llama') ll.push(await llamaPhase());
