@@ -96,7 +96,12 @@ describe('the worker thread rule and the pool renicing', () => {
     try {
       ensureDefaultModels({ modelsDir: dir });
       const file = path.join(dir, 'stories260k', 'model.onnx');
-      const create = () => ort.InferenceSession.create(file, { intraOpNumThreads: 2 });
+      const sessions: Array<{ release(): Promise<void> }> = [];
+      const create = async () => {
+        const s = await ort.InferenceSession.create(file, { intraOpNumThreads: 2 });
+        sessions.push(s);
+        return s;
+      };
       // The first session of the process also starts onnxruntime's environment thread.
       await create();
       const before = niceByThread();
@@ -108,6 +113,7 @@ describe('the worker thread rule and the pool renicing', () => {
       const right = await niceThreadsStartedBy(create, [1], mine + 5);
       expect(right.niced).toBe(true);
       expect([...niceByThread()].filter(([tid]) => !before.has(tid)).map(([, n]) => n).sort((a, b) => a - b)).toEqual([mine, mine + 5]);
+      for (const s of sessions) await s.release();
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }

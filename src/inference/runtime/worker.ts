@@ -343,6 +343,8 @@ function prefixFeeds(root: Kv): Record<string, ort.Tensor> {
  * (a question's tokens, when the row is one of its answer tokens).
  */
 async function branchStep(rows: StepRow[], root: Kv): Promise<Float32Array> {
+  // A branch step does not pass through runModel: it tells the peers it steps here (after a rest they saw none).
+  w.peers.stepping(w.store.live);
   materialize();
   const kvs = rows.map((r) => w.store.get(r.seq)!);
   const inp = stepInputs(rows, kvs, root.len, true);
