@@ -16,8 +16,16 @@ import { niceThreadsStartedBy, scheduleThisThreadIdle } from './thread-policy.js
 export interface LoadedModel {
   /** The graph as converted on InitMsg's provider (or on CPU where that provider failed and `strict` is off). */
   session: ort.InferenceSession;
-  /** The sessions by kind (session-choice.ts); `wide` is `session`. */
+  /**
+   * The sessions by kind (session-choice.ts): `wide` is `session`; `narrow` the same graph on one
+   * intra-op thread, for steps of a few tokens; `spinning` the same graph on every core with
+   * threads spinning while a run lasts, for steps while few sequences run; `prefill` the graph
+   * with its block-quantized products as int8 ones, for steps of several rows (prefill-graph.ts);
+   * `prefillSpinning` that graph on spinning threads, for short steps while few sequences run;
+   * `prefillNarrow` that graph on one thread, for steps while other model workers fill the cores (peers.ts).
+   */
   byKind: Record<SessionKind, ort.InferenceSession | undefined>;
+  /** Which of the extra sessions loaded. */
   loaded: LoadedSessions;
   /** The shared-prefix graph (branch.onnx) of evaluation models, when there is one and it loaded. */
   branchSession: ort.InferenceSession | undefined;

@@ -1,7 +1,7 @@
 import v8 from 'node:v8';
 import { parentPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
-import { endsGeneration, noPasses, type Arch, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow } from './protocol.js';
+import { endsGeneration, noPasses, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow } from './protocol.js';
 import { KvStore, type Kv } from './kv.js';
 import { slotStepDone, slotStepFeeds } from './kv-slots.js';
 import { KvPools } from './kv-pools.js';
@@ -13,7 +13,7 @@ import { SessionChoice, sessionsFor, type LoadedSessions, type SessionKind } fro
 import { inStepBudget } from './options.js';
 import { fp16BitsToFp32 } from '../convert/quantize.js';
 import { sharedNow, TOKENS_POSTED_AT_ONCE, TokenPosts } from './token-posts.js';
-import { loadModel } from './worker-sessions.js';
+import { loadModel, type LoadedModel } from './worker-sessions.js';
 
 // One model's ONNX session, run on this thread (session.run blocks it), the
 // KV cache of every live sequence (kv.ts) and the batch of the last step.
@@ -25,26 +25,11 @@ const port = parentPort!;
  * shapes), the KV cache of every live sequence, the batch of the last step, each token's
  * text for grammar masks, and the flags of the run in progress.
  */
-interface WorkerState {
-  session: ort.InferenceSession;
-  /**
-   * The sessions by kind (session-choice.ts), set once at init: `wide` is `session`; `narrow` the
-   * same graph on one intra-op thread, for steps of a few tokens; `spinning` the same graph on
-   * every core with threads spinning while a run lasts, for steps while few sequences run;
-   * `prefill` the graph with its block-quantized products as int8 ones, for steps of several rows (prefill-graph.ts);
-   * `prefillSpinning` that graph on spinning threads, for short steps while few sequences run;
-   * `prefillNarrow` that graph on one thread, for steps while other model workers fill the cores (peers.ts).
-   */
-  byKind: Record<SessionKind, ort.InferenceSession | undefined>;
-  /** Which of the extra sessions loaded; with any, `choice` picks a step's session. */
-  loaded: LoadedSessions;
+interface WorkerState extends LoadedModel {
+  /** With any of the extra sessions loaded (LoadedModel.loaded), picks a step's session. */
   choice: SessionChoice | undefined;
-  /** The shared-prefix graph (branch.onnx) of evaluation models, when there is one. */
-  branchSession: ort.InferenceSession | undefined;
-  /** The branch graph with its block-quantized products as int8 ones, for branch steps of many tokens; with `branchChoice` (its own: a branch step's cost is not a model step's). */
-  branchPrefill: ort.InferenceSession | undefined;
+  /** Picks a branch step's session where `branchPrefill` loaded: its own, since a branch step's cost is not a model step's. */
   branchChoice: SessionChoice | undefined;
-  arch: Arch;
   store: KvStore;
   /** The cache of a slot-cache graph (cache.N.key inputs); the store then stays empty. */
   slots: KvPools | undefined;
@@ -71,11 +56,9 @@ interface WorkerState {
   /** The daemon's other model workers (peers.ts): told this one's live sequences, asked whether theirs fill the cores. */
   peers: WorkerPeers;
 }
-// session, arch and store are set by init, the first message, before any other is handled.
+// The model (LoadedModel) and store are set by init, the first message, before any other is handled.
 const w = {
   choice: undefined,
-  branchSession: undefined,
-  branchPrefill: undefined,
   branchChoice: undefined,
   slots: undefined,
   batch: undefined,
@@ -97,19 +80,13 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   w.tokensPostIntervalMs = msg.tokensPostIntervalMs;
   w.joinedStepTokensMax = msg.joinedStepTokensMax;
   w.peers = new WorkerPeers(msg.peers);
-  const m = await loadModel(msg, (message) => port.postMessage({ type: 'warning', message } satisfies WorkerEvent));
-  w.session = m.session;
-  w.byKind = m.byKind;
-  w.loaded = m.loaded;
+  Object.assign(w, await loadModel(msg, (message) => port.postMessage({ type: 'warning', message } satisfies WorkerEvent)));
   if (Object.values(w.loaded).some(Boolean)) w.choice = new SessionChoice();
-  w.branchSession = m.branchSession;
-  w.branchPrefill = m.branchPrefill;
   if (w.branchPrefill) w.branchChoice = new SessionChoice();
-  w.arch = m.arch;
   w.store = new KvStore(w.arch);
   // A second run per step costs another pass over the weights on the CPU; on a GPU, another step's launches.
-  const onCpu = m.arch.provider === 'cpu';
-  if (m.slotCache) w.slots = new KvPools({ ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: onCpu }, msg.modelBytes, msg.kvSplit && onCpu);
+  const onCpu = w.arch.provider === 'cpu';
+  if (w.slotCache) w.slots = new KvPools({ ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: onCpu }, msg.modelBytes, msg.kvSplit && onCpu);
 }
 
 /** The sessions a branch step may run on: its graph as converted, and with its products as int8 ones for many tokens. */
