@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { repoRoot } from '../test/daemon.js';
-import { benchArgs, benchKey, envOf, machine, pairSummary, streamPhase } from './lib.js';
+import { benchArgs, benchKey, daemonProbe, envOf, machine, ownSummary, pairSummary, streamPhase, type OwnView } from './lib.js';
 
 // Two daemon settings against each other on a machine whose speed drifts (this 2-core VM's
 // one-stream rate moved 350-700 tokens/s from one minute to the next): both daemons run at
@@ -16,6 +16,8 @@ import { benchArgs, benchKey, envOf, machine, pairSummary, streamPhase } from '.
 // of several lengths, in turn) and which generate M tokens (default 256) each request: long
 // conversations beside the short ones (KV_SPLIT_LONG_ROWS).
 // --a / --b: environment of each daemon; --a-root / --b-root: the checkout each runs (built), this one by default.
+// Under the pairs, each daemon's own view of its phases (lib.ts daemonProbe): the engine's time to first token
+// from admission, and the HTTP thread's CPU a token.
 
 const args = benchArgs();
 const model = args.get('model') ?? 'cloudgate/stories260k';
@@ -62,16 +64,20 @@ async function main() {
     const url = (s: typeof a) => `${s.d.inferenceUrl}/v1/chat/completions`;
     console.log(`machine: ${machine()}\nmodel ${model}, ${streams} stream(s)${models.length > 1 ? ' each' : ''}${long ? ` and ${long.streams} of a ${longWords.join(' / ')}-word prompt generating ${long.maxTokens} tokens` : ''}, ${rounds} pairs of ${seconds} s phases (order alternating)\nA: ${a.label}\nB: ${b.label}`);
     const res = { a: [] as Array<{ rate: number; ttftMs: number }>, b: [] as Array<{ rate: number; ttftMs: number }> };
+    const own = { a: [] as OwnView[], b: [] as OwnView[] };
     for (let r = 0; r < rounds; r++) {
       for (const side of r % 2 ? (['b', 'a'] as const) : (['a', 'b'] as const)) {
         const s = side === 'a' ? a : b;
         const phase = (secs: number, lng?: typeof long) => Promise.all(models.map((m) => streamPhase(url(s), s.key, streams, secs, { ...opts, model: m }, lng)));
         await phase(WARM_SECONDS);
+        const probed = await daemonProbe(s.d);
         const each = await phase(seconds, long);
         res[side].push({ rate: each.reduce((n, p) => n + p.rate, 0), ttftMs: each.reduce((n, p) => n + p.ttftMs, 0) / each.length });
+        own[side].push(await probed(each.reduce((n, p) => n + p.tokens, 0)));
       }
     }
     console.log(pairSummary({ label: 'A', phases: res.a }, { label: 'B', phases: res.b }));
+    console.log(`${ownSummary(own.a, 'A')}\n${ownSummary(own.b, 'B')}`);
   } finally {
     await Promise.all([a.stop(), b.stop()]);
   }

@@ -194,7 +194,7 @@ export function chatStream(url: string, key: string, prompt: string, o: ChatStre
  * `long`, `long.streams` clients more (default 1) send a long prompt (client i the i-th of `long.prompts`, in turn) and generate `long.maxTokens`
  * (long conversations beside short ones); their tokens count too, their time to first token does not.
  */
-export async function streamPhase(url: string, key: string, streams: number, secs: number, o: ChatStreamOptions, long?: { prompts: string[]; maxTokens: number; streams?: number }): Promise<{ rate: number; ttftMs: number }> {
+export async function streamPhase(url: string, key: string, streams: number, secs: number, o: ChatStreamOptions, long?: { prompts: string[]; maxTokens: number; streams?: number }): Promise<{ rate: number; ttftMs: number; tokens: number }> {
   let tokens = 0;
   const ttfts: number[] = [];
   const t0 = performance.now();
@@ -214,7 +214,58 @@ export async function streamPhase(url: string, key: string, streams: number, sec
     }).concat(Array.from({ length: long ? (long.streams ?? 1) : 0 }, longOne)),
   );
   ttfts.sort((a, b) => a - b);
-  return { rate: tokens / ((performance.now() - t0) / 1000), ttftMs: ttfts[ttfts.length >> 1] ?? NaN };
+  return { rate: tokens / ((performance.now() - t0) / 1000), ttftMs: ttfts[ttfts.length >> 1] ?? NaN, tokens };
+}
+
+/** A metric's `_sum` and `_count` over all its label sets, from Prometheus' text format. */
+export function sumAndCount(text: string, name: string): { sum: number; count: number } {
+  let sum = 0;
+  let count = 0;
+  for (const line of text.split('\n')) {
+    const m = /^([^\s{]+)(?:\{[^}]*\})? (\S+)$/.exec(line);
+    if (m?.[1] === `${name}_sum`) sum += Number(m[2]);
+    else if (m?.[1] === `${name}_count`) count += Number(m[2]);
+  }
+  return { sum, count };
+}
+
+/** Linux's clock ticks a second, the unit of /proc/<pid>/task/<tid>/stat's CPU times. */
+const PROC_CLOCK_TICKS_PER_S = 100;
+
+/** CPU time (user + system) of one of a process's threads so far, in ms, from /proc (Linux); NaN elsewhere. */
+export function threadCpuMs(pid: number, tid: number): number {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // utime and stime: the 14th and 15th fields of stat, the 12th and 13th after the name
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / PROC_CLOCK_TICKS_PER_S;
+  } catch {
+    return NaN;
+  }
+}
+
+/** What daemonProbe reads over a phase. */
+export interface OwnView {
+  engineTtftMs: number;
+  httpThreadUsPerToken: number;
+}
+
+/**
+ * The daemon's own view of a phase, to split what a client measures into the engine's part and
+ * the daemon's around it: the engine's mean time to first token over the phase
+ * (`vllm:time_to_first_token_seconds`, from admission to the engine to the first token: no HTTP,
+ * no parsing, no tokenising), and its HTTP thread's CPU time a token. Call before the phase;
+ * the answer's function reads the deltas after it.
+ */
+export async function daemonProbe(d: { pid: number; inferenceUrl: string }): Promise<(tokens: number) => Promise<OwnView>> {
+  const ttft = async () => sumAndCount(await (await fetch(`${d.inferenceUrl}/metrics`)).text(), 'vllm:time_to_first_token_seconds');
+  const before = await ttft();
+  const cpu0 = threadCpuMs(d.pid, d.pid); // the main thread's id is the process's
+  return async (tokens) => {
+    const cpu1 = threadCpuMs(d.pid, d.pid);
+    const after = await ttft();
+    return { engineTtftMs: ((after.sum - before.sum) * 1000) / (after.count - before.count), httpThreadUsPerToken: ((cpu1 - cpu0) * 1000) / tokens };
+  };
 }
 
 export const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
@@ -231,6 +282,11 @@ export function pairSummary(a: { label: string; phases: Array<{ rate: number; tt
     `${b.label} / ${a.label} per pair: ${ratios.map((x) => fmt(x, 2)).join(' ')}`,
     `median ${fmt(median(ratios), 3)}, geometric mean ${fmt(geo, 3)}, ${b.label} faster in ${ratios.filter((x) => x > 1).length} of ${ratios.length} pairs`,
   ].join('\n');
+}
+
+/** What daemonProbe read over a side's phases, as the A/B benchmarks print it under their pairs. */
+export function ownSummary(phases: OwnView[], label = 'cloudgate'): string {
+  return `${label}'s own view, medians of its phases: the engine's TTFT (from admission) ${fmt(median(phases.map((p) => p.engineTtftMs)), 1)} ms, its HTTP thread's CPU ${fmt(median(phases.map((p) => p.httpThreadUsPerToken)))} us a token`;
 }
 
 /** The environment a `--a` / `--b` flag gives a daemon: KEY=VALUE pairs separated by commas. */

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchArgs, benchKey, envOf, machine, pairSummary, streamPhase } from './lib.js';
+import { benchArgs, benchKey, daemonProbe, envOf, machine, ownSummary, pairSummary, streamPhase, type OwnView } from './lib.js';
 
 // cloudgate against llama.cpp on the same weights, in alternating phases: ../shared/peer's
 // compare.sh runs each engine once, one after the other, and on this VM the machine's speed
@@ -18,6 +18,8 @@ import { benchArgs, benchKey, envOf, machine, pairSummary, streamPhase } from '.
 //   [--http]: llama.cpp behind the harness's node:http SSE server, driven by a client like ours, so both
 //   sides pay for HTTP, a socket and a client on the same cores (in process it pays for none of them)
 //   [--warm-seconds 5]: the daemon streams this long before the first pair
+// Under the pairs, the daemon's own view of its phases (lib.ts daemonProbe): the engine's time to first
+// token from admission, and the HTTP thread's CPU a token, so the client's figures split into the engine's part and the rest.
 
 const args = benchArgs();
 const gguf = args.get('gguf');
@@ -71,6 +73,7 @@ async function main() {
     const url = `${d.inferenceUrl}/v1/chat/completions`;
     console.log(`machine: ${machine()}\ncloudgate ${model} against llama.cpp ${path.basename(gguf!)} (${threads} thread(s)${overHttp ? ', behind node:http SSE' : ', in process'}), ${streams} stream(s)${args.has('env') ? `, daemon with ${args.get('env')}` : ''}, ${rounds} pairs of ${seconds} s phases (order alternating), TTFT at the first ${firstToken ? 'token' : 'text'} for cloudgate, the first token for llama.cpp`);
     const cg: Phase[] = [];
+    const own: OwnView[] = [];
     const ll: Phase[] = [];
     const opts = { model, maxTokens: 64, firstToken };
     await streamPhase(url, key, streams, firstWarmSeconds, opts);
@@ -79,11 +82,15 @@ async function main() {
         if (side === 'llama') ll.push(await llamaPhase());
         else {
           await streamPhase(url, key, streams, WARM_SECONDS, opts);
-          cg.push(await streamPhase(url, key, streams, seconds, opts));
+          const probed = await daemonProbe(d);
+          const phase = await streamPhase(url, key, streams, seconds, opts);
+          cg.push(phase);
+          own.push(await probed(phase.tokens));
         }
       }
     }
     console.log(pairSummary({ label: 'llama.cpp', phases: ll }, { label: 'cloudgate', phases: cg }));
+    console.log(ownSummary(own));
   } finally {
     await stopDaemon(d);
   }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { benchArgs } from '../bench/lib.js';
+import { benchArgs, sumAndCount, threadCpuMs } from '../bench/lib.js';
 
 // The benchmarks' argument parser: a bare flag must not swallow the flag after it
 // (`--http --streams 16` read as http = '--streams' and a lone '16' dropped the streams).
@@ -20,5 +20,28 @@ describe('benchArgs', () => {
 
   it('keeps a negative number as a value', () => {
     expect(benchArgs(['--offset', '-1']).get('offset')).toBe('-1');
+  });
+});
+
+// What the A/B benchmarks read off a daemon around a phase (daemonProbe).
+describe('the daemon probe', () => {
+  it("sums a histogram's _sum and _count over its label sets, and nothing else", () => {
+    const text = [
+      '# HELP vllm:time_to_first_token_seconds From admission to the engine to the first generated token',
+      'vllm:time_to_first_token_seconds_bucket{le="0.01",model_name="a"} 3',
+      'vllm:time_to_first_token_seconds_sum{model_name="a"} 0.5',
+      'vllm:time_to_first_token_seconds_count{model_name="a"} 4',
+      'vllm:time_to_first_token_seconds_sum{model_name="b"} 1.5',
+      'vllm:time_to_first_token_seconds_count{model_name="b"} 6',
+      'vllm:time_to_first_token_seconds_sum_other 9',
+      'vllm:e2e_request_latency_seconds_sum{model_name="a"} 7',
+    ].join('\n');
+    expect(sumAndCount(text, 'vllm:time_to_first_token_seconds')).toEqual({ sum: 2, count: 10 });
+  });
+
+  it.skipIf(process.platform !== 'linux')("reads a thread's CPU time from /proc, and NaN for a thread that is not there", () => {
+    const ms = threadCpuMs(process.pid, process.pid);
+    expect(Number.isFinite(ms) && ms >= 0).toBe(true);
+    expect(threadCpuMs(process.pid, 2 ** 30)).toBeNaN();
   });
 });
