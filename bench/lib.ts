@@ -286,7 +286,12 @@ export function pairSummary(a: { label: string; phases: Array<{ rate: number; tt
 
 /** What daemonProbe read over a side's phases, as the A/B benchmarks print it under their pairs. */
 export function ownSummary(phases: OwnView[], label = 'cloudgate'): string {
-  return `${label}'s own view, medians of its phases: the engine's TTFT (from admission) ${fmt(median(phases.map((p) => p.engineTtftMs)), 1)} ms, its HTTP thread's CPU ${fmt(median(phases.map((p) => p.httpThreadUsPerToken)))} us a token`;
+  // A phase where no first token came (none finished its prompt) or /proc is missing (not Linux) reads NaN: left out.
+  const of = (xs: number[], digits: number, unit: string) => {
+    const read = xs.filter(Number.isFinite);
+    return read.length ? `${fmt(median(read), digits)} ${unit}` : 'not read';
+  };
+  return `${label}'s own view, medians of its phases: the engine's TTFT (from admission) ${of(phases.map((p) => p.engineTtftMs), 1, 'ms')}, its HTTP thread's CPU ${of(phases.map((p) => p.httpThreadUsPerToken), 0, 'us a token')}`;
 }
 
 /** The environment a `--a` / `--b` flag gives a daemon: KEY=VALUE pairs separated by commas. */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { benchArgs, sumAndCount, threadCpuMs } from '../bench/lib.js';
+import { benchArgs, ownSummary, sumAndCount, threadCpuMs } from '../bench/lib.js';
 
 // The benchmarks' argument parser: a bare flag must not swallow the flag after it
 // (`--http --streams 16` read as http = '--streams' and a lone '16' dropped the streams).
@@ -37,6 +37,17 @@ describe('the daemon probe', () => {
       'vllm:e2e_request_latency_seconds_sum{model_name="a"} 7',
     ].join('\n');
     expect(sumAndCount(text, 'vllm:time_to_first_token_seconds')).toEqual({ sum: 2, count: 10 });
+  });
+
+  it('leaves a phase it could not read out of the medians, and says so when it read none', () => {
+    const line = ownSummary([
+      { engineTtftMs: 6, httpThreadUsPerToken: 200 },
+      { engineTtftMs: Number.NaN, httpThreadUsPerToken: 100 },
+      { engineTtftMs: 8, httpThreadUsPerToken: 300 },
+    ]);
+    expect(line).toContain('from admission) 8.0 ms');
+    expect(line).toContain('CPU 200 us a token');
+    expect(ownSummary([{ engineTtftMs: Number.NaN, httpThreadUsPerToken: Number.NaN }])).toContain('from admission) not read, its HTTP thread\'s CPU not read');
   });
 
   it.skipIf(process.platform !== 'linux')("reads a thread's CPU time from /proc, and NaN for a thread that is not there", () => {
