@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { repoRoot } from '../test/daemon.js';
-import { benchArgs, benchKey, daemonProbe, envOf, machine, ownSummary, pairSummary, streamPhase, type OwnView } from './lib.js';
+import { benchArgs, benchKey, daemonProbe, envOf, machine, ownSummary, pairSummary, PHASE_SECONDS_MIN, secondsFlag, streamPhase, wholeFlag, type OwnView } from './lib.js';
 
 // Two daemon settings against each other on a machine whose speed drifts (this 2-core VM's
 // one-stream rate moved 350-700 tokens/s from one minute to the next): both daemons run at
@@ -21,13 +21,13 @@ import { benchArgs, benchKey, daemonProbe, envOf, machine, ownSummary, pairSumma
 
 const args = benchArgs();
 const model = args.get('model') ?? 'cloudgate/stories260k';
-const streams = Number(args.get('streams') ?? 1);
-const rounds = Number(args.get('rounds') ?? 20);
-const seconds = Number(args.get('seconds') ?? 2);
+const streams = wholeFlag(args, 'streams', 1, 1);
+const rounds = wholeFlag(args, 'rounds', 20, 1);
+const seconds = secondsFlag(args, 'seconds', 2, PHASE_SECONDS_MIN);
 /** Streaming on a daemon before its phase is timed: its threads wake and its caches fill. */
 const WARM_SECONDS = 0.3;
 const models = model.split(',');
-const opts = { maxTokens: Number(args.get('tokens') ?? 64), firstToken: args.get('ttft') === 'first-token' };
+const opts = { maxTokens: wholeFlag(args, 'tokens', 64, 1), firstToken: args.get('ttft') === 'first-token' };
 const LONG_STORY = 'Once upon a time there was a little girl named Lily who loved to play in the park with her friends and her dog';
 /** A flag of comma-separated whole numbers of at least `min`: a typo stops the run instead of quietly measuring something else. */
 function counts(flag: string, fallback: number, min: number): number[] {
@@ -37,14 +37,9 @@ function counts(flag: string, fallback: number, min: number): number[] {
     return v;
   });
 }
-const count = (flag: string, fallback: number, min: number): number => {
-  const [v, ...more] = counts(flag, fallback, min);
-  if (more.length) throw new Error(`--${flag}: one number (got ${args.get(flag)})`);
-  return v!;
-};
 const longWords = counts('long-prompt-words', 0, 0);
 const storyWords = LONG_STORY.split(' ');
-const long = longWords.some((w) => w > 0) ? { prompts: longWords.map((w) => Array.from({ length: w }, (_, i) => storyWords[i % storyWords.length]).join(' ')), maxTokens: count('long-tokens', 256, 1), streams: count('long-streams', 1, 1) } : undefined;
+const long = longWords.some((w) => w > 0) ? { prompts: longWords.map((w) => Array.from({ length: w }, (_, i) => storyWords[i % storyWords.length]).join(' ')), maxTokens: wholeFlag(args, 'long-tokens', 256, 1), streams: wholeFlag(args, 'long-streams', 1, 1) } : undefined;
 
 type Daemons = typeof import('../test/daemon.js');
 

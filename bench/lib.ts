@@ -254,7 +254,8 @@ export interface OwnView {
  * The daemon's own view of a phase, to split what a client measures into the engine's part and
  * the daemon's around it: the engine's mean time to first token over the phase
  * (`vllm:time_to_first_token_seconds`, from admission to the engine to the first token: no HTTP,
- * no parsing, no tokenising), and its HTTP thread's CPU time a token. Call before the phase;
+ * no parsing, no tokenising; every request's, where ab.js's long prompts' are left out of the
+ * client's p50), and its HTTP thread's CPU time a token. Call before the phase;
  * the answer's function reads the deltas after it.
  */
 export async function daemonProbe(d: { pid: number; inferenceUrl: string }): Promise<(tokens: number) => Promise<OwnView>> {
@@ -303,6 +304,25 @@ export function envOf(spec: string | undefined): Record<string, string> {
     env[kv.slice(0, at)] = kv.slice(at + 1);
   }
   return env;
+}
+
+/** A flag's whole number, at least `min`: a typo stops the run instead of quietly measuring something else (NaN rounds run none). */
+export function wholeFlag(args: Map<string, string>, flag: string, fallback: number, min: number): number {
+  const raw = args.get(flag);
+  const v = raw === undefined ? fallback : Number(raw);
+  if (!Number.isInteger(v) || v < min) throw new Error(`--${flag}: a whole number of at least ${min}, got '${raw}'`);
+  return v;
+}
+
+/** A timed phase shorter than this holds a few 64-token requests at one stream (~0.1 s each): too few to read a rate from. */
+export const PHASE_SECONDS_MIN = 0.5;
+
+/** A flag's seconds, at least `min` (fractions allowed), checked as wholeFlag is. */
+export function secondsFlag(args: Map<string, string>, flag: string, fallback: number, min: number): number {
+  const raw = args.get(flag);
+  const v = raw === undefined ? fallback : Number(raw);
+  if (!Number.isFinite(v) || v < min) throw new Error(`--${flag}: seconds, at least ${min}, got '${raw}'`);
+  return v;
 }
 
 /** A bench's `--name value` pairs and bare `--flag`s (as 'true'), by name without the dashes. */

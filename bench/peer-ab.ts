@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchArgs, benchKey, daemonProbe, envOf, machine, ownSummary, pairSummary, streamPhase, type OwnView } from './lib.js';
+import { benchArgs, benchKey, daemonProbe, envOf, machine, ownSummary, pairSummary, PHASE_SECONDS_MIN, secondsFlag, streamPhase, wholeFlag, type OwnView } from './lib.js';
 
 // cloudgate against llama.cpp on the same weights, in alternating phases: ../shared/peer's
 // compare.sh runs each engine once, one after the other, and on this VM the machine's speed
@@ -25,10 +25,10 @@ const args = benchArgs();
 const gguf = args.get('gguf');
 if (!gguf || !fs.existsSync(gguf)) throw new Error('--gguf: the GGUF of the same checkpoint (compare.sh writes it to $PEER_HOME/compare/<shape>/model[.type].gguf)');
 const model = args.get('model') ?? 'peer/m25';
-const streams = Number(args.get('streams') ?? 1);
-const rounds = Number(args.get('rounds') ?? 8);
-const seconds = Number(args.get('seconds') ?? 3);
-const threads = Number(args.get('threads') ?? 1);
+const streams = wholeFlag(args, 'streams', 1, 1);
+const rounds = wholeFlag(args, 'rounds', 8, 1);
+const seconds = secondsFlag(args, 'seconds', 3, PHASE_SECONDS_MIN);
+const threads = wholeFlag(args, 'threads', 1, 1);
 const firstToken = args.get('ttft') === 'first-token';
 const harness = path.resolve(repoRoot, '../shared/peer/llamacpp-bench.mjs');
 /** Streaming on the daemon before its phase is timed: its threads wake and its caches fill (llama.cpp's run warms up in its own process). */
@@ -40,8 +40,7 @@ const WARM_SECONDS = 0.3;
  */
 const FIRST_WARM_SECONDS_DEFAULT = 5;
 const overHttp = args.has('http');
-const firstWarmSeconds = Number(args.get('warm-seconds') ?? FIRST_WARM_SECONDS_DEFAULT);
-if (!(firstWarmSeconds >= 0)) throw new Error(`--warm-seconds: seconds, 0 or more, got '${args.get('warm-seconds')}'`);
+const firstWarmSeconds = secondsFlag(args, 'warm-seconds', FIRST_WARM_SECONDS_DEFAULT, 0);
 
 interface Phase {
   rate: number;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { benchArgs, ownSummary, sumAndCount, threadCpuMs } from '../bench/lib.js';
+import { benchArgs, ownSummary, secondsFlag, sumAndCount, threadCpuMs, wholeFlag } from '../bench/lib.js';
 
 // The benchmarks' argument parser: a bare flag must not swallow the flag after it
 // (`--http --streams 16` read as http = '--streams' and a lone '16' dropped the streams).
@@ -16,6 +16,16 @@ describe('benchArgs', () => {
     expect(a.get('http')).toBe('true');
     expect(a.get('streams')).toBe('16');
     expect(a.get('int8-products')).toBe('true');
+  });
+
+  it('refuses a count or a duration that is not one, naming the flag, the rule and the value', () => {
+    const a = benchArgs(['--rounds', 'eight', '--streams', '1.5', '--seconds', '0', '--warm-seconds', 'x']);
+    expect(() => wholeFlag(a, 'rounds', 8, 1)).toThrow("--rounds: a whole number of at least 1, got 'eight'");
+    expect(() => wholeFlag(a, 'streams', 1, 1)).toThrow("--streams: a whole number of at least 1, got '1.5'");
+    expect(() => secondsFlag(a, 'seconds', 3, 0.5)).toThrow("--seconds: seconds, at least 0.5, got '0'");
+    expect(() => secondsFlag(a, 'warm-seconds', 5, 0)).toThrow("--warm-seconds: seconds, at least 0, got 'x'");
+    expect(wholeFlag(a, 'threads', 1, 1)).toBe(1); // absent: the fallback
+    expect(secondsFlag(benchArgs(['--seconds', '2.5']), 'seconds', 3, 0.5)).toBe(2.5);
   });
 
   it('keeps a negative number as a value', () => {

@@ -93,10 +93,10 @@ describe('the worker thread rule and the pool renicing', () => {
   it.skipIf(process.platform !== 'linux')('renices the threads a session starts, and none when they are not as many as expected', async () => {
     const ort = await import('onnxruntime-node');
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-nice-pool-'));
+    const sessions: Array<{ release(): Promise<void> }> = [];
     try {
       ensureDefaultModels({ modelsDir: dir });
       const file = path.join(dir, 'stories260k', 'model.onnx');
-      const sessions: Array<{ release(): Promise<void> }> = [];
       const create = async () => {
         const s = await ort.InferenceSession.create(file, { intraOpNumThreads: 2 });
         sessions.push(s);
@@ -113,8 +113,8 @@ describe('the worker thread rule and the pool renicing', () => {
       const right = await niceThreadsStartedBy(create, [1], mine + 5);
       expect(right.niced).toBe(true);
       expect([...niceByThread()].filter(([tid]) => !before.has(tid)).map(([, n]) => n).sort((a, b) => a - b)).toEqual([mine, mine + 5]);
-      for (const s of sessions) await s.release();
     } finally {
+      for (const s of sessions) await s.release();
       fs.rmSync(dir, { recursive: true, force: true });
     }
   });
