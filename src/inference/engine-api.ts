@@ -107,10 +107,14 @@ export type GenerateEvent =
       failure?: EngineFailure;
     };
 
-/** Why the engine ended a sequence it could not finish; `retryable`: the model is coming back (a restarted worker). */
+/**
+ * Why the engine ended a sequence it could not finish; `retryable`: the model is coming back (a
+ * restarted worker) or is served elsewhere; `shuttingDown`: the engine was closed under it.
+ */
 export interface EngineFailure {
   message: string;
   retryable: boolean;
+  shuttingDown?: true;
 }
 
 /** The engine would not take the work now: the model is down, or it could not start in time. */

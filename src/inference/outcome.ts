@@ -19,11 +19,16 @@ export function unfinished(ev: Done, signal: AbortSignal, clientGone: boolean): 
 /** How long a client is asked to wait after a retryable failure: about a worker's restart (a model load). */
 const ENGINE_RETRY_AFTER_MS = 2_000;
 
-/** A failure as the API reports it: 503 with Retry-After while the model comes back, else 500. */
+/** How long a client is asked to wait after a shutdown: another replica takes it at once (as app.ts tells requests cut by one). */
+const SHUTDOWN_RETRY_AFTER_MS = 1_000;
+
+/** A failure as the API reports it: 503 with Retry-After while the model comes back or the server stops, else 500. */
 export const engineError = (f: EngineFailure): ApiError =>
-  f.retryable
-    ? new ApiError('unavailable', f.message, { code: 'engine_restarting', retryAfterMs: ENGINE_RETRY_AFTER_MS })
-    : new ApiError('internal', f.message, { code: 'engine_failed' });
+  f.shuttingDown
+    ? new ApiError('unavailable', f.message, { code: 'shutting_down', retryAfterMs: SHUTDOWN_RETRY_AFTER_MS })
+    : f.retryable
+      ? new ApiError('unavailable', f.message, { code: 'engine_restarting', retryAfterMs: ENGINE_RETRY_AFTER_MS })
+      : new ApiError('internal', f.message, { code: 'engine_failed' });
 
 /** The engine's own errors as the API reports them (the one place they become HTTP); anything else as it is. */
 export function apiErrorOf(e: unknown): unknown {

@@ -22,6 +22,9 @@ export type OnTokens = (seqs: number[], tokens: Int32Array, logprobs: Array<Toke
 /** The model's worker died (an uncaught error, an exit): what it held is gone. */
 export class WorkerLost extends Error {}
 
+/** The runner was closed (the engine shuts down): a call after that fails with this and never reaches the worker. */
+export class RunnerClosed extends Error {}
+
 /**
  * A worker that dies is restarted, at most this many times within
  * WORKER_RESTART_WINDOW_MS: past that it is a crash loop, and the model stays
@@ -49,6 +52,7 @@ export class Runner {
   private down: WorkerLost | undefined;
   private readonly restarts: number[] = [];
   private closing = false;
+  private stopped: Promise<void> | undefined;
 
   /** Its metrics' labels: a model's replicas (replicas.ts) fold into one series (metrics.ts). */
   readonly labels: { model: string; replica: number };
@@ -87,6 +91,7 @@ export class Runner {
       worker.once('exit', (code) => reject(new Error(`model worker exited with code ${code} while loading`)));
       worker.postMessage({ type: 'init', ...init } satisfies WorkerCommand);
     }).catch(async (e) => {
+      // Safe here, unlike in close(): after init-error the worker runs nothing more, and after error or exit it is gone.
       await worker.terminate();
       throw e;
     });
@@ -160,6 +165,7 @@ export class Runner {
 
   private async call(msg: WorkerCommand & { id: number }, transfer: ArrayBuffer[] = []): Promise<WorkerEvent> {
     if (this.restarting) await this.restarting;
+    if (this.closing) throw this.closed();
     const w = this.worker;
     if (!w) throw this.down ?? new WorkerLost(`model ${this.modelId}'s worker is not running`);
     return new Promise((ok, fail) => {
@@ -215,7 +221,7 @@ export class Runner {
 
   /** Ends the running decode after its current step. */
   interrupt(): void {
-    this.worker?.postMessage({ type: 'interrupt' } satisfies WorkerCommand);
+    if (!this.closing) this.worker?.postMessage({ type: 'interrupt' } satisfies WorkerCommand);
   }
 
   async fork(from: number, to: number[]): Promise<void> {
@@ -223,21 +229,39 @@ export class Runner {
   }
 
   free(seqs: number[]): void {
-    if (seqs.length) this.worker?.postMessage({ type: 'free', seqs } satisfies WorkerCommand);
+    if (seqs.length && !this.closing) this.worker?.postMessage({ type: 'free', seqs } satisfies WorkerCommand);
   }
 
-  async close(): Promise<void> {
+  /**
+   * Stops the worker: the work already sent finishes (a decode run after its current step), then
+   * the worker releases its sessions and ends its own thread. Never terminate() here: one that
+   * lands inside an onnxruntime call aborts the whole process (worker.ts endThread). Calls made
+   * from now on fail with RunnerClosed.
+   */
+  close(): Promise<void> {
     this.closing = true;
-    await this.restarting;
-    const w = this.worker;
-    if (!w) return;
-    await this.call({ type: 'close', id: this.nextId++ }).catch(() => undefined);
-    await w.terminate();
+    return (this.stopped ??= (async () => {
+      await this.restarting;
+      const w = this.worker;
+      if (!w) return;
+      const exited = new Promise<void>((r) => w.once('exit', () => r()));
+      w.postMessage({ type: 'interrupt' } satisfies WorkerCommand);
+      w.postMessage({ type: 'close', id: this.nextId++ } satisfies WorkerCommand);
+      await exited;
+      this.worker = undefined;
+      for (const p of this.pending.values()) p.fail(this.closed());
+      this.pending.clear();
+      this.onTokens.clear();
+    })());
   }
 
-  /** Fault injection for tests: ends the worker as a crash would. */
-  async crashForTest(): Promise<void> {
-    await this.worker?.terminate();
+  private closed(): RunnerClosed {
+    return new RunnerClosed(`model ${this.modelId} is shutting down`);
+  }
+
+  /** Fault injection for tests: the worker exits as after an uncaught error, between two of its steps. */
+  crashForTest(): void {
+    this.worker?.postMessage({ type: 'crash-for-test' } satisfies WorkerCommand);
   }
 }
 

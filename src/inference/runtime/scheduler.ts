@@ -3,7 +3,7 @@ import { EngineFailed, EngineRefused, type BranchSpec, type EngineFailure, type 
 import { engineMetrics as M, kvCacheUsage } from './metrics.js';
 import { inStepBudget, type EngineOptions } from './options.js';
 import { endsGeneration, type SamplerSpec } from './protocol.js';
-import { WorkerLost, type Runner } from './runner.js';
+import { RunnerClosed, WorkerLost, type Runner } from './runner.js';
 import { CompletionRate } from './throughput.js';
 import { logSoftmax } from './sampler.js';
 import { Generation } from './output.js';
@@ -384,7 +384,8 @@ export class Scheduler {
         await (decode ? this.decodeRun(decoding, others.length > 0, joining) : this.prefillStep(prefilling, budget));
       }
     } catch (e) {
-      log.error({ err: e, model: this.modelId }, 'scheduler step failed');
+      // A closed runner is the engine shutting down, not a fault: its sequences are told so.
+      if (!(e instanceof RunnerClosed)) log.error({ err: e, model: this.modelId }, 'scheduler step failed');
       for (const s of this.active) this.fail(s, e);
     } finally {
       this.running = false;
@@ -413,10 +414,12 @@ export class Scheduler {
 
   /** Ends a sequence the engine cannot go on with: a generation reports `failed`, a scoring job rejects. */
   private fail(s: Seq, e: unknown): void {
-    const crashed = e instanceof WorkerLost;
-    const failure: EngineFailure = crashed
-      ? { message: `model ${this.modelId}'s worker stopped while running this request; it is restarting, retry shortly`, retryable: true }
-      : { message: `model ${this.modelId} failed while running this request`, retryable: false };
+    const failure: EngineFailure =
+      e instanceof RunnerClosed
+        ? { message: `model ${this.modelId} is shutting down; retry on another replica`, retryable: true, shuttingDown: true }
+        : e instanceof WorkerLost
+          ? { message: `model ${this.modelId}'s worker stopped while running this request; it is restarting, retry shortly`, retryable: true }
+          : { message: `model ${this.modelId} failed while running this request`, retryable: false };
     if (s.gen) this.end(s, 'failed', failure);
     (s.prefixOf ?? s.branch?.job)?.reject(new EngineFailed(failure));
     s.cancelled = true;

@@ -755,6 +755,18 @@ function releaseSlotsWhenIdle(): void {
   }, KV_SLOTS_IDLE_RELEASE_MS).unref();
 }
 
+/**
+ * The worker ends its own thread, from its JS and so between two onnxruntime calls. A
+ * terminate() from the main thread can land inside one (a step's run, or a run on a session
+ * just released), where onnxruntime-node's binding cannot throw into a stopping thread and
+ * aborts the whole process: SIGABRT, "terminate called after throwing an instance of
+ * 'Napi::Error'" (CI saw it at a shutdown; tmpx-style repro: 15 of 16 terminates of a
+ * worker running steps in a loop). Nothing after this point runs: later messages are dropped.
+ */
+function endThread(code: number): never {
+  process.exit(code);
+}
+
 port.on('message', async (msg: WorkerCommand) => {
   switch (msg.type) {
     case 'init':
@@ -792,10 +804,15 @@ port.on('message', async (msg: WorkerCommand) => {
       return;
     case 'close':
       return serial(msg, async () => {
-        for (const s of new Set([w.session, ...Object.values(w.byKind ?? {})])) await s?.release();
-        await w.branchSession?.release();
-        await w.branchPrefill?.release();
-        port.postMessage({ type: 'done', id: msg.id } satisfies WorkerEvent);
+        try {
+          for (const s of new Set([w.session, ...Object.values(w.byKind ?? {})])) await s?.release();
+          await w.branchSession?.release();
+          await w.branchPrefill?.release();
+        } finally {
+          endThread(0);
+        }
       });
+    case 'crash-for-test':
+      return endThread(1);
   }
 });
