@@ -116,7 +116,7 @@ export type WorkerCommand =
   | { type: 'interrupt' }
   | { type: 'fork'; id: number; from: number; to: number[] }
   | { type: 'free'; seqs: number[] }
-  /** Waits for the work before it, releases the sessions and ends the worker thread (worker.ts endThread). */
+  /** Waits for the work before it (a decode run stops after its current step), releases the sessions and ends the worker thread (worker.ts endThread). */
   | { type: 'close'; id: number }
   /** Fault injection for tests: the thread exits with code 1 at once, as after an uncaught error. */
   | { type: 'crash-for-test' };

@@ -245,7 +245,6 @@ export class Runner {
       const w = this.worker;
       if (!w) return;
       const exited = new Promise<void>((r) => w.once('exit', () => r()));
-      w.postMessage({ type: 'interrupt' } satisfies WorkerCommand);
       w.postMessage({ type: 'close', id: this.nextId++ } satisfies WorkerCommand);
       await exited;
       this.worker = undefined;

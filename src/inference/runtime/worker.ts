@@ -37,6 +37,8 @@ interface WorkerState extends LoadedModel {
   tokenTexts: Array<string | null>;
   /** The main thread asked the decode run to stop after its current step. */
   interruptRequested: boolean;
+  /** A close arrived: any decode run, in flight or queued before it, stops after its current step. */
+  closeRequested: boolean;
   /** A decode run is in progress (joins run between its steps). */
   inRun: boolean;
   /** The run's tokens not yet posted: flushed before any other message leaves (token-posts.ts). */
@@ -64,6 +66,7 @@ const w = {
   batch: undefined,
   tokenTexts: [],
   interruptRequested: false,
+  closeRequested: false,
   inRun: false,
   tokenPosts: undefined,
   tokensPostIntervalMs: 0,
@@ -560,7 +563,7 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
   let live = seqs.filter(alive);
   const posts = (w.tokenPosts = new TokenPosts((steps) => port.postMessage({ type: 'tokens', id, steps } satisfies WorkerEvent), w.tokensPostIntervalMs));
   try {
-    for (let steps = 0; !w.interruptRequested && steps < stepsMax; steps++) {
+    for (let steps = 0; !w.interruptRequested && !w.closeRequested && steps < stepsMax; steps++) {
       if (joins.length) for (const seq of await runJoins()) if (alive(seq) && !live.includes(seq)) live.push(seq);
       if (!live.length) break;
       const logits = await step(live.map((seq) => ({ seq, tokens: [samplers.get(seq)!.next] })));
@@ -803,6 +806,7 @@ port.on('message', async (msg: WorkerCommand) => {
       else free(msg.seqs);
       return;
     case 'close':
+      w.closeRequested = true;
       return serial(msg, async () => {
         try {
           for (const s of new Set([w.session, ...Object.values(w.byKind ?? {})])) await s?.release();
