@@ -58,26 +58,6 @@ describe('evaluations through the AI SDK gateway client', () => {
     same(a.body.answers, c!.body.answers);
   });
 
-  it('runs the opening words that questions share once: the same answers as each asked alone, an identical question for free', async () => {
-    const { key } = await sdk();
-    const ask = (qs: Record<string, string>) =>
-      call('inference', 'POST', '/api/v1/evaluations', {
-        key,
-        body: { model: EVAL, state: 'The cat sat on the mat.', questions: Object.fromEntries(Object.entries(qs).map(([id, q]) => [id, { type: 'boolean', instructions: q }])) },
-      });
-    const texts = { a: 'Is the cat happy?', b: 'Is the cat sad?', c: 'Was the mat red?' };
-    const together = await ask(texts);
-    expect(together.status).toBe(200);
-    for (const [id, q] of Object.entries(texts)) {
-      const alone = await ask({ [id]: q });
-      expect(together.body.answers[id].probability).toBeCloseTo(alone.body.answers[id].probability, 4);
-    }
-    const once = await ask({ a: texts.a });
-    const twice = await ask({ a: texts.a, again: texts.a });
-    expect(twice.body.answers.again.probability).toBeCloseTo(twice.body.answers.a.probability, 6);
-    expect(twice.body.usage.inputTokens).toBe(once.body.usage.inputTokens);
-  });
-
   it('takes the model from ai-model-id on the gateway path and refuses a chat model with invalid_model', async () => {
     const { key } = await sdk();
     const ok = await call('inference', 'POST', '/v4/ai/evaluation-model', {

@@ -3,7 +3,7 @@ import type { BranchSpec, InferenceEngine, ServedModel, TokenUsage } from '../en
 import type { Answer, EvaluationRequest, Question, Warning } from '../protocol.js';
 import { validateImages } from './images.js';
 import { BOOLEAN_WORDS, planQuestion, prefixText, QUESTION_LEAD, type Detail } from './prompt.js';
-import { commonPrefix, distribution, needsTerminator, planAnswers, planQuestions } from './score.js';
+import { commonPrefix, distribution, needsTerminator, planBranches } from './score.js';
 
 /** What planning an evaluation needs of the engine port: its tokenizer, no model work. */
 export type PlanEngine = Pick<InferenceEngine, 'encode' | 'bosTokens'>;
@@ -18,11 +18,7 @@ interface Planned {
   id: string;
   question: Question;
   keys: string[];
-  /** Per rotation of its listing: the question's tokens after QUESTION_LEAD. */
-  texts: number[][];
-  /** Each alternative's answer tokens. */
-  alternatives: number[][];
-  /** Per rotation: each alternative's scoring path (set once every question is planned). */
+  /** Per rotation: each alternative's scoring path. */
   rotations: Array<Array<Array<[number, number]>>>;
 }
 
@@ -119,7 +115,7 @@ export async function planEvaluation(engine: PlanEngine, model: ServedModel, req
       const longestAlt = Math.max(...alts.map((a) => a.length));
       const qTokens = await continuations(encode, QUESTION_LEAD, plan.texts);
       if (Math.max(...qTokens.map((q) => q.length)) + longestAlt > room) continue;
-      planned.push({ id, question, keys: plan.alternatives.map((a) => a.key), texts: qTokens, alternatives: alts, rotations: [] });
+      planned.push({ id, question, keys: plan.alternatives.map((a) => a.key), rotations: qTokens.map((q) => planBranches(q, alts, branches)) });
       done = true;
       break;
     }
@@ -130,14 +126,6 @@ export async function planEvaluation(engine: PlanEngine, model: ServedModel, req
       });
     }
   }
-  // The questions first, as one tree (their shared leading tokens run once), then each one's answers.
-  const ends = planQuestions(
-    planned.flatMap((p) => p.texts),
-    branches,
-  );
-  const answerNodes = new Map<string, number>();
-  let q = 0;
-  for (const p of planned) p.rotations = p.texts.map(() => planAnswers(ends[q++]!, p.alternatives, branches, answerNodes));
   return {
     prefixTokens,
     branches,

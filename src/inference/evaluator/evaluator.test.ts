@@ -4,7 +4,7 @@ import { parse } from '../../http/validate.js';
 import { EvaluationRequest, IMAGE_BYTES_MAX } from '../protocol.js';
 import { validateImages } from './images.js';
 import { planEvaluation, type PlanEngine } from './evaluate.js';
-import { distribution, needsTerminator, planAnswers, planQuestions } from './score.js';
+import { distribution, needsTerminator, planBranches } from './score.js';
 import type { BranchSpec, ServedModel } from '../engine-api.js';
 
 const PNG = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
@@ -76,7 +76,7 @@ describe('images', () => {
 describe('trie scoring of multi-token answers', () => {
   it('shares prefixes between alternatives and adds the chain-rule log-probs', () => {
     const branches: BranchSpec[] = [];
-    const paths = planAnswers(planQuestions([[9, 9]], branches)[0]!, [[1, 2], [1, 3], [4]], branches);
+    const paths = planBranches([9, 9], [[1, 2], [1, 3], [4]], branches);
     expect(branches).toEqual([
       { parent: -1, tokens: [9, 9] },
       { parent: 0, tokens: [1] },
@@ -87,30 +87,6 @@ describe('trie scoring of multi-token answers', () => {
     expect(d[0]).toBeCloseTo(0.125, 6);
     expect(d[1]).toBeCloseTo(0.375, 6);
     expect(d[2]).toBeCloseTo(0.5, 6);
-  });
-  it('lays questions out as a radix tree: shared leading tokens once, a branch ending where each question ends', () => {
-    const questions = [
-      [5, 6, 7, 8], // 0
-      [5, 6, 7, 9, 9], // 1: parts from 0 after [5, 6, 7]
-      [5, 6], // 2: ends inside 0's and 1's run
-      [4, 6, 7], // 3: nothing shared
-      [5, 6, 7, 8], // 4: the same as 0
-    ];
-    const branches: BranchSpec[] = [];
-    const ends = planQuestions(questions, branches);
-    expect(branches).toEqual([
-      { parent: -1, tokens: [5, 6] },
-      { parent: 0, tokens: [7] },
-      { parent: 1, tokens: [8] },
-      { parent: 1, tokens: [9, 9] },
-      { parent: -1, tokens: [4, 6, 7] },
-    ]);
-    expect(ends).toEqual([2, 3, 0, 4, 2]);
-    // Each question's branch chain spells it, and every branch is listed after its parent.
-    const spell = (b: number): number[] => (b < 0 ? [] : [...spell(branches[b]!.parent), ...branches[b]!.tokens]);
-    questions.forEach((q, i) => expect(spell(ends[i]!)).toEqual(q));
-    branches.forEach((b, i) => expect(b.parent).toBeLessThan(i));
-    expect(() => planQuestions([[1], []], [])).toThrow(/question 1 has no tokens/);
   });
   it('needs a terminator only when one answer is a prefix of another', () => {
     expect(needsTerminator([[1], [1, 2]])).toBe(true);

@@ -10,65 +10,23 @@ import type { BranchSpec } from '../engine-api.js';
 // normalised over the alternatives only.
 
 /**
- * Lays out the questions as a radix tree under the shared prefix: leading tokens that several
- * questions share (a template's opening words, "Is the ...") become one branch, run once, that
- * their own tokens continue; a question that continues another's whole text continues its
- * branch. Returns, per question, the branch that ends where it ends: its answers hang from that
- * branch's last position (planAnswers). Parents are listed before their children.
+ * Lays out one question's branches: the question itself continues the shared
+ * prefix, and each trie node adds one answer token to its parent node, so no
+ * token is run twice. Returns, per alternative, the (branch, next token) pairs
+ * whose log-probabilities sum to its score.
  */
-export function planQuestions(questions: number[][], out: BranchSpec[]): number[] {
-  interface Node {
-    children: Map<number, Node>;
-    /** The questions that end at this token. */
-    ends: number[];
-  }
-  const root: Node = { children: new Map(), ends: [] };
-  questions.forEach((q, i) => {
-    if (q.length === 0) throw new Error(`planQuestions: question ${i} has no tokens`);
-    let n = root;
-    for (const t of q) {
-      let c = n.children.get(t);
-      if (!c) n.children.set(t, (c = { children: new Map(), ends: [] }));
-      n = c;
-    }
-    n.ends.push(i);
-  });
-  const endOf = new Array<number>(questions.length);
-  // A branch runs down the trie until questions part there or one of them ends there.
-  const emit = (token: number, from: Node, parent: number): void => {
-    const tokens = [token];
-    let n = from;
-    while (n.children.size === 1 && n.ends.length === 0) {
-      const [t, c] = n.children.entries().next().value!;
-      tokens.push(t);
-      n = c;
-    }
-    const i = out.length;
-    out.push({ parent, tokens });
-    for (const q of n.ends) endOf[q] = i;
-    for (const [t, c] of n.children) emit(t, c, i);
-  };
-  for (const [t, c] of root.children) emit(t, c, -1);
-  return endOf;
-}
-
-/**
- * Lays out one question's answers after its branch `question` (planQuestions): each trie node
- * adds one answer token to its parent node, so no token is run twice. `nodes`, shared by the
- * calls of one plan, lets questions that end on the same branch (asked twice, or identical
- * rotations) share their answers' nodes too. Returns, per alternative, the (branch, next token)
- * pairs whose log-probabilities sum to its score.
- */
-export function planAnswers(question: number, alternatives: number[][], out: BranchSpec[], nodes = new Map<string, number>()): Array<Array<[number, number]>> {
+export function planBranches(question: number[], alternatives: number[][], out: BranchSpec[]): Array<Array<[number, number]>> {
+  const root = out.length;
+  out.push({ parent: -1, tokens: question });
+  const index = new Map<string, number>([['', root]]);
   const nodeFor = (prefix: number[]): number => {
-    if (prefix.length === 0) return question;
-    const key = `${question}:${prefix.join(',')}`;
-    let i = nodes.get(key);
+    const key = prefix.join(',');
+    let i = index.get(key);
     if (i === undefined) {
       const parent = nodeFor(prefix.slice(0, -1));
       i = out.length;
       out.push({ parent, tokens: [prefix[prefix.length - 1]!] });
-      nodes.set(key, i);
+      index.set(key, i);
     }
     return i;
   };
