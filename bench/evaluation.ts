@@ -79,14 +79,15 @@ async function warm(s: Side): Promise<void> {
 /** Each size's requests (and the bursts), sides in turns, the order alternating by round. */
 async function measure(sides: Side[]) {
   const ms = sides.map(() => Object.fromEntries([...SIZES, 0].map((n) => [n, [] as number[]])) as Record<number, number[]>);
-  const tokens: Record<number, number> = {};
+  // Per side: two builds may lay a request out differently (the usage is what each ran).
+  const tokens = sides.map(() => ({}) as Record<number, number>);
   for (let r = 0; r < REPS; r++) {
     const order = r % 2 ? [...sides.keys()].reverse() : [...sides.keys()];
     for (const n of SIZES) {
       for (const i of order) {
         const x = await ask(sides[i]!, n);
         ms[i]![n]!.push(x.ms);
-        tokens[n] = x.inputTokens;
+        tokens[i]![n] = x.inputTokens;
       }
     }
   }
@@ -94,7 +95,7 @@ async function measure(sides: Side[]) {
     for (const i of r % 2 ? [...sides.keys()].reverse() : [...sides.keys()]) {
       const x = await burst(sides[i]!);
       ms[i]![0]!.push(x.ms);
-      tokens[0] = x.inputTokens;
+      tokens[i]![0] = x.inputTokens;
     }
   }
   return { ms, tokens };
@@ -110,8 +111,8 @@ async function main() {
     const { ms, tokens } = await measure(sides);
     for (const [i, s] of sides.entries()) {
       if (two) console.log(s.label);
-      for (const n of SIZES) console.log(`${String(n).padStart(2)} question(s) in one request: median ${fmt(median(ms[i]![n]!), 1)} ms; usage.inputTokens ${tokens[n]}`);
-      console.log(`64 concurrent single-question requests: wall ${ms[i]![0]!.map((x) => fmt(x, 1)).join(' / ')} ms, each usage.inputTokens ${tokens[0]} (64 x ${tokens[0]} = ${64 * tokens[0]!} tokens in all)`);
+      for (const n of SIZES) console.log(`${String(n).padStart(2)} question(s) in one request: median ${fmt(median(ms[i]![n]!), 1)} ms; usage.inputTokens ${tokens[i]![n]}`);
+      console.log(`64 concurrent single-question requests: wall ${ms[i]![0]!.map((x) => fmt(x, 1)).join(' / ')} ms, each usage.inputTokens ${tokens[i]![0]} (64 x ${tokens[i]![0]} = ${64 * tokens[i]![0]!} tokens in all)`);
       console.log(`ratio 64 questions / 1 question: ${fmt(median(ms[i]![64]!) / median(ms[i]![1]!), 2)}x (target <= 3x)`);
     }
     if (two) {
