@@ -763,7 +763,7 @@ function releaseSlotsWhenIdle(): void {
  * terminate() from the main thread can land inside one (a step's run, or a run on a session
  * just released), where onnxruntime-node's binding cannot throw into a stopping thread and
  * aborts the whole process: SIGABRT, "terminate called after throwing an instance of
- * 'Napi::Error'" (CI saw it at a shutdown; tmpx-style repro: 15 of 16 terminates of a
+ * 'Napi::Error'" (CI saw it at a shutdown; a scratch repro: 8 of 9 terminates of a
  * worker running steps in a loop). Nothing after this point runs: later messages are dropped.
  */
 function endThread(code: number): never {
