@@ -10,6 +10,12 @@ import { moneyModule } from './money/module.js';
 // The route families the daemon serves; each module owns its routes and background work.
 const modules: Module[] = [moneyModule, inferenceModule, platformModule];
 
+/**
+ * How long a second signal waits for the model workers to end their steps in flight before the
+ * process exits anyway: a step is milliseconds to a few hundred (a 512-token prompt's chunk).
+ */
+const EXIT_NOW_WAIT_MS = 2_000;
+
 async function main(): Promise<void> {
   let config;
   try {
@@ -37,8 +43,14 @@ async function main(): Promise<void> {
       },
     );
   const stop = (signal: string) => {
-    if (++signals > 1) {
+    if (++signals === 2 && daemon) {
       log.warn({ signal }, 'second signal: exiting now');
+      // The model workers end their steps in flight first: an exit inside one is SIGABRT, not 1.
+      void Promise.race([daemon.exitNow(), new Promise((r) => setTimeout(r, EXIT_NOW_WAIT_MS).unref())]).finally(() => process.exit(1));
+      return;
+    }
+    if (signals > 1) {
+      log.warn({ signal }, 'another signal: exiting now');
       process.exit(1);
     }
     log.info({ signal, starting: !daemon || undefined }, 'shutting down');

@@ -264,4 +264,9 @@ export class Engine implements InferenceEngine {
   async close(): Promise<void> {
     await Promise.all([...this.models.values()].flatMap((m) => m.runners.map((r) => r.close())));
   }
+
+  /** Every model worker ends at the end of its step in flight (Runner.exitNow): what a process exit may follow. */
+  async exitNow(): Promise<void> {
+    await Promise.all([...this.models.values()].flatMap((m) => m.runners.map((r) => r.exitNow())));
+  }
 }

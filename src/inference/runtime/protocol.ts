@@ -118,8 +118,11 @@ export type WorkerCommand =
   | { type: 'free'; seqs: number[] }
   /** Waits for the work before it (a decode run stops after its current step), releases the sessions and ends the worker thread (worker.ts endThread). */
   | { type: 'close'; id: number }
-  /** Fault injection for tests: the thread exits with code 1 at once, as after an uncaught error. */
-  | { type: 'crash-for-test' };
+  /**
+   * Ends the thread at once, from its own JS between two steps (worker.ts endThread): a second
+   * signal's exit (code 0) and the tests' simulated crash (code 1, as after an uncaught error).
+   */
+  | { type: 'exit'; code: number };
 
 export type WorkerEvent =
   | { type: 'ready'; arch: Arch }

@@ -258,9 +258,22 @@ export class Runner {
     return new RunnerClosed(`model ${this.modelId} is shutting down`);
   }
 
+  /**
+   * Ends the worker without waiting for its work: it exits at the end of the step in flight,
+   * from its own thread (see close). For a second signal, which must not wait out a decode run.
+   */
+  async exitNow(): Promise<void> {
+    this.closing = true;
+    const w = this.worker;
+    if (!w) return;
+    const exited = new Promise<void>((r) => w.once('exit', () => r()));
+    w.postMessage({ type: 'exit', code: 0 } satisfies WorkerCommand);
+    await exited;
+  }
+
   /** Fault injection for tests: the worker exits as after an uncaught error, between two of its steps. */
   crashForTest(): void {
-    this.worker?.postMessage({ type: 'crash-for-test' } satisfies WorkerCommand);
+    this.worker?.postMessage({ type: 'exit', code: 1 } satisfies WorkerCommand);
   }
 }
 

@@ -816,7 +816,7 @@ port.on('message', async (msg: WorkerCommand) => {
           endThread(0);
         }
       });
-    case 'crash-for-test':
-      return endThread(1);
+    case 'exit':
+      return endThread(msg.code);
   }
 });
