@@ -16,6 +16,18 @@ const modules: Module[] = [moneyModule, inferenceModule, platformModule];
  */
 const EXIT_NOW_WAIT_MS = 2_000;
 
+/** The daemon once started: the exits below stop its model workers first. */
+let daemon: Daemon | undefined;
+
+/**
+ * Exits with `code` and no shutdown, once the model workers have ended their steps in flight (or
+ * EXIT_NOW_WAIT_MS passed): an exit with a worker inside an onnxruntime call is SIGABRT, not `code`.
+ */
+function exitNow(code: number): void {
+  if (!daemon) process.exit(code);
+  void Promise.race([daemon.exitNow(), new Promise((r) => setTimeout(r, EXIT_NOW_WAIT_MS).unref())]).finally(() => process.exit(code));
+}
+
 async function main(): Promise<void> {
   let config;
   try {
@@ -32,7 +44,6 @@ async function main(): Promise<void> {
   // is still loading, or one that reads "listening" and stops it at once) would otherwise take
   // the default action and kill the process with no shutdown, leaving an embedded PostgreSQL
   // server orphaned. Such a signal waits for the start, then shuts down.
-  let daemon: Daemon | undefined;
   let signals = 0;
   const shutDown = (d: Daemon) =>
     d.shutdown().then(
@@ -43,14 +54,12 @@ async function main(): Promise<void> {
       },
     );
   const stop = (signal: string) => {
-    if (++signals === 2 && daemon) {
+    if (++signals === 2) {
       log.warn({ signal }, 'second signal: exiting now');
-      // The model workers end their steps in flight first: an exit inside one is SIGABRT, not 1.
-      void Promise.race([daemon.exitNow(), new Promise((r) => setTimeout(r, EXIT_NOW_WAIT_MS).unref())]).finally(() => process.exit(1));
-      return;
+      return exitNow(1);
     }
-    if (signals > 1) {
-      log.warn({ signal }, 'another signal: exiting now');
+    if (signals > 2) {
+      log.warn({ signal }, 'another signal: exiting without waiting');
       process.exit(1);
     }
     log.info({ signal, starting: !daemon || undefined }, 'shutting down');
@@ -71,7 +80,7 @@ process.on('unhandledRejection', (e) => {
     return;
   }
   log.fatal({ err: e }, 'unhandled rejection');
-  process.exit(1);
+  exitNow(1);
 });
 
 main().catch((e) => {
