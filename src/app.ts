@@ -29,8 +29,8 @@ export interface Services {
   /** Run on shutdown after the servers drained, in reverse order of registration. */
   onShutdown(fn: () => Promise<void> | void): void;
   /**
-   * Run at a second signal, before the process exits with no shutdown: what an exit must not
-   * cut in the middle (a model worker inside an onnxruntime call aborts the whole process).
+   * Run before the process exits with no shutdown (a second signal, an unhandled rejection): what
+   * an exit must not cut in the middle (a model worker inside an onnxruntime call aborts the process).
    */
   onExitNow(fn: () => Promise<void>): void;
 }
