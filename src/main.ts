@@ -25,7 +25,8 @@ let daemon: Daemon | undefined;
  */
 function exitNow(code: number): void {
   if (!daemon) process.exit(code);
-  void Promise.race([daemon.exitNow(), new Promise((r) => setTimeout(r, EXIT_NOW_WAIT_MS).unref())]).finally(() => process.exit(code));
+  process.exitCode = code; // should the loop empty before the exit below
+  void Promise.race([daemon.exitNow(), new Promise((r) => setTimeout(r, EXIT_NOW_WAIT_MS))]).finally(() => process.exit(code));
 }
 
 async function main(): Promise<void> {
