@@ -396,6 +396,32 @@ describe('engine workers telling each other what they hold (peers.ts)', () => {
     expect(Atomics.load(share.live, share.index)).toBe(0);
   });
 
+  it("shows an evaluation's branch step as stepping, though it does not pass through the plain step", async () => {
+    // A branch step runs the branch graph itself, so it tells the peers on its own (worker.ts
+    // branchStep). Here the worker rests between the state's step and the branch step (idle past
+    // PEERS_REST_AFTER_IDLE_MS, it shows none): the branch step must show its sequences again.
+    const model = (engine as unknown as { models: Map<string, { runners: Array<Runner & { init: { peers?: { live: Int32Array; index: number } } }> }> }).models.get(EVAL)!;
+    const runner = model.runners[0]!;
+    const share = runner.init.peers!;
+    const seen: number[] = [];
+    const step = runner.step.bind(runner);
+    runner.step = async (rows) => {
+      for (let i = 0; seen.length && i < 100 && Atomics.load(share.live, share.index) > 0; i++) await new Promise((r) => setTimeout(r, 10));
+      const r = await step(rows);
+      seen.push(Atomics.load(share.live, share.index));
+      return r;
+    };
+    try {
+      const prefix = await engine.encode(EVAL, 'The state of the world is calm today.');
+      await engine.scoreBranches(EVAL, { prefixTokens: prefix, branches: [{ parent: -1, tokens: await engine.encode(EVAL, ' Is it calm?') }] });
+    } finally {
+      delete (runner as { step?: unknown }).step;
+    }
+    expect(seen).toHaveLength(2); // the state's step, then the branch step
+    expect(seen[0]).toBeGreaterThan(0);
+    expect(seen[1]).toBeGreaterThan(0);
+  });
+
   it('shows none for a worker whose only reader stopped reading, while it still holds the sequence', async () => {
     // Four tokens waiting pause a sequence (the scheduler's backpressure): the worker then runs no step.
     const paused = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { pendingTokensMax: 4 } });
