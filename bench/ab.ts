@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { repoRoot } from '../test/daemon.js';
-import { benchArgs, benchKey, daemonProbe, envOf, machine, ownSummary, pairSummary, PHASE_SECONDS_MIN, secondsFlag, streamPhase, wholeFlag, type OwnView } from './lib.js';
+import { benchArgs, benchKey, daemonProbe, envOf, machine, ownSummary, pairSummary, PHASE_SECONDS_MIN, secondsFlag, streamPhase, wholeFlag, wholeListFlag, type OwnView } from './lib.js';
 
 // Two daemon settings against each other on a machine whose speed drifts (this 2-core VM's
 // one-stream rate moved 350-700 tokens/s from one minute to the next): both daemons run at
@@ -29,15 +29,7 @@ const WARM_SECONDS = 0.3;
 const models = model.split(',');
 const opts = { maxTokens: wholeFlag(args, 'tokens', 64, 1), firstToken: args.get('ttft') === 'first-token' };
 const LONG_STORY = 'Once upon a time there was a little girl named Lily who loved to play in the park with her friends and her dog';
-/** A flag of comma-separated whole numbers of at least `min`: a typo stops the run instead of quietly measuring something else. */
-function counts(flag: string, fallback: number, min: number): number[] {
-  return (args.get(flag) ?? String(fallback)).split(',').map((w) => {
-    const v = Number(w);
-    if (!Number.isInteger(v) || v < min) throw new Error(`--${flag}: whole numbers of at least ${min}, comma-separated (got ${w})`);
-    return v;
-  });
-}
-const longWords = counts('long-prompt-words', 0, 0);
+const longWords = wholeListFlag(args, 'long-prompt-words', 0, 0);
 const storyWords = LONG_STORY.split(' ');
 const long = longWords.some((w) => w > 0) ? { prompts: longWords.map((w) => Array.from({ length: w }, (_, i) => storyWords[i % storyWords.length]).join(' ')), maxTokens: wholeFlag(args, 'long-tokens', 256, 1), streams: wholeFlag(args, 'long-streams', 1, 1) } : undefined;
 

@@ -308,10 +308,19 @@ export function envOf(spec: string | undefined): Record<string, string> {
 
 /** A flag's whole number, at least `min`: a typo stops the run instead of quietly measuring something else (NaN rounds run none). */
 export function wholeFlag(args: Map<string, string>, flag: string, fallback: number, min: number): number {
+  const [v, ...more] = wholeListFlag(args, flag, fallback, min);
+  if (more.length) throw new Error(`--${flag}: a whole number of at least ${min}, got '${args.get(flag)}'`);
+  return v!;
+}
+
+/** A flag of comma-separated whole numbers, each at least `min`, checked as wholeFlag is. */
+export function wholeListFlag(args: Map<string, string>, flag: string, fallback: number, min: number): number[] {
   const raw = args.get(flag);
-  const v = raw === undefined ? fallback : Number(raw);
-  if (!Number.isInteger(v) || v < min) throw new Error(`--${flag}: a whole number of at least ${min}, got '${raw}'`);
-  return v;
+  return (raw ?? String(fallback)).split(',').map((w) => {
+    const v = Number(w);
+    if (w.trim() === '' || !Number.isInteger(v) || v < min) throw new Error(`--${flag}: ${raw?.includes(',') ? 'whole numbers, comma-separated, each' : 'a whole number'} of at least ${min}, got '${raw}'`);
+    return v;
+  });
 }
 
 /** A timed phase shorter than this holds a few 64-token requests at one stream (~0.1 s each): too few to read a rate from. */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { benchArgs, ownSummary, secondsFlag, sumAndCount, threadCpuMs, wholeFlag } from '../bench/lib.js';
+import { benchArgs, ownSummary, secondsFlag, sumAndCount, threadCpuMs, wholeFlag, wholeListFlag } from '../bench/lib.js';
 
 // The benchmarks' argument parser: a bare flag must not swallow the flag after it
 // (`--http --streams 16` read as http = '--streams' and a lone '16' dropped the streams).
@@ -26,6 +26,11 @@ describe('benchArgs', () => {
     expect(() => secondsFlag(a, 'warm-seconds', 5, 0)).toThrow("--warm-seconds: seconds, at least 0, got 'x'");
     expect(wholeFlag(a, 'threads', 1, 1)).toBe(1); // absent: the fallback
     expect(secondsFlag(benchArgs(['--seconds', '2.5']), 'seconds', 3, 0.5)).toBe(2.5);
+    const l = benchArgs(['--words', '0,512,x', '--streams', '2,3', '--empty', '']);
+    expect(() => wholeListFlag(l, 'words', 0, 0)).toThrow("--words: whole numbers, comma-separated, each of at least 0, got '0,512,x'");
+    expect(wholeListFlag(benchArgs(['--words', '0,512']), 'words', 0, 0)).toEqual([0, 512]);
+    expect(() => wholeFlag(l, 'streams', 1, 1)).toThrow("--streams: a whole number of at least 1, got '2,3'");
+    expect(() => wholeFlag(l, 'empty', 1, 1)).toThrow("--empty: a whole number of at least 1, got ''");
   });
 
   it('keeps a negative number as a value', () => {

@@ -244,9 +244,7 @@ export class Runner {
       await this.restarting;
       const w = this.worker;
       if (!w) return;
-      const exited = new Promise<void>((r) => w.once('exit', () => r()));
-      w.postMessage({ type: 'close', id: this.nextId++ } satisfies WorkerCommand);
-      await exited;
+      await ended(w, { type: 'close', id: this.nextId++ });
       this.worker = undefined;
       for (const p of this.pending.values()) p.fail(this.closed());
       this.pending.clear();
@@ -264,17 +262,20 @@ export class Runner {
    */
   async exitNow(): Promise<void> {
     this.closing = true;
-    const w = this.worker;
-    if (!w) return;
-    const exited = new Promise<void>((r) => w.once('exit', () => r()));
-    w.postMessage({ type: 'exit', code: 0 } satisfies WorkerCommand);
-    await exited;
+    if (this.worker) await ended(this.worker, { type: 'exit', code: 0 });
   }
 
   /** Fault injection for tests: the worker exits as after an uncaught error, between two of its steps. */
   crashForTest(): void {
     this.worker?.postMessage({ type: 'exit', code: 1 } satisfies WorkerCommand);
   }
+}
+
+/** Sends the worker the message that ends it (close, exit) and resolves once its thread has ended. */
+function ended(w: Worker, msg: WorkerCommand): Promise<void> {
+  const exited = new Promise<void>((r) => w.once('exit', () => r()));
+  w.postMessage(msg);
+  return exited;
 }
 
 /** A worker script of this folder, compiled: beside this file under dist/, or in dist/ when run from source (vitest). */
