@@ -28,11 +28,6 @@ export interface Services {
   ready: ReadyCheck[];
   /** Run on shutdown after the servers drained, in reverse order of registration. */
   onShutdown(fn: () => Promise<void> | void): void;
-  /**
-   * Run before the process exits with no shutdown (a second signal, an unhandled rejection): what
-   * an exit must not cut in the middle (a model worker inside an onnxruntime call aborts the process).
-   */
-  onExitNow(fn: () => Promise<void>): void;
 }
 
 export interface Daemon {
@@ -40,8 +35,6 @@ export interface Daemon {
   inferencePort: number;
   services: Services;
   shutdown(): Promise<void>;
-  /** The onExitNow hooks, all at once; failures are ignored (the process exits next). */
-  exitNow(): Promise<void>;
 }
 
 /** Seconds queries still running at stop get before their connections close. */
@@ -68,7 +61,6 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
   }
   const sql = connect(url, config.DB_POOL_MAX);
   const hooks: Array<() => Promise<void> | void> = [];
-  const exitNowHooks: Array<() => Promise<void>> = [];
   let shuttingDown = false;
   try {
     await migrate(sql);
@@ -94,7 +86,6 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
       },
     ],
     onShutdown: (fn) => hooks.push(fn),
-    onExitNow: (fn) => exitNowHooks.push(fn),
   };
 
   // Key changes made by any replica drop every replica's key cache (revocation within milliseconds).
@@ -173,6 +164,5 @@ export async function startDaemon(config: Config, modules: Module[]): Promise<Da
       log.info('stopped');
     })());
 
-  const exitNow = async () => void (await Promise.allSettled(exitNowHooks.map((fn) => fn())));
-  return { platformPort: platformPort!, inferencePort: inferencePort!, services, shutdown, exitNow };
+  return { platformPort: platformPort!, inferencePort: inferencePort!, services, shutdown };
 }

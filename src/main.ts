@@ -6,27 +6,26 @@ import { isConnectionError } from './db/bounded.js';
 import { inferenceModule } from './inference/module.js';
 import { platformModule } from './platform/module.js';
 import { moneyModule } from './money/module.js';
+import { endHeldThreads } from './threads-at-exit.js';
 
 // The route families the daemon serves; each module owns its routes and background work.
 const modules: Module[] = [moneyModule, inferenceModule, platformModule];
 
 /**
- * How long a second signal waits for the model workers to end their steps in flight before the
- * process exits anyway: a step is milliseconds to a few hundred (a 512-token prompt's chunk).
+ * How long an exit that skips the shutdown waits for the model workers to end themselves: a step
+ * is milliseconds to a few hundred (a 512-token prompt's chunk), one call of a model's loading
+ * about as long.
  */
 const EXIT_NOW_WAIT_MS = 2_000;
 
-/** The daemon once started: the exits below stop its model workers first. */
-let daemon: Daemon | undefined;
-
 /**
- * Exits with `code` and no shutdown, once the model workers have ended their steps in flight (or
- * EXIT_NOW_WAIT_MS passed): an exit with a worker inside an onnxruntime call is SIGABRT, not `code`.
+ * Exits with `code` and no shutdown, once the model workers have ended themselves at the end of
+ * their onnxruntime call in flight (or EXIT_NOW_WAIT_MS passed): an exit that cuts one inside
+ * such a call is SIGABRT, not `code` (threads-at-exit.ts). Models may still be loading.
  */
 function exitNow(code: number): void {
-  if (!daemon) process.exit(code);
   process.exitCode = code; // should the loop empty before the exit below
-  void Promise.race([daemon.exitNow(), new Promise((r) => setTimeout(r, EXIT_NOW_WAIT_MS))]).finally(() => process.exit(code));
+  void Promise.race([endHeldThreads(), new Promise((r) => setTimeout(r, EXIT_NOW_WAIT_MS))]).finally(() => process.exit(code));
 }
 
 async function main(): Promise<void> {
@@ -46,6 +45,7 @@ async function main(): Promise<void> {
   // the default action and kill the process with no shutdown, leaving an embedded PostgreSQL
   // server orphaned. Such a signal waits for the start, then shuts down.
   let signals = 0;
+  let daemon: Daemon | undefined;
   const shutDown = (d: Daemon) =>
     d.shutdown().then(
       () => process.exit(0),
@@ -83,8 +83,13 @@ process.on('unhandledRejection', (e) => {
   log.fatal({ err: e }, 'unhandled rejection');
   exitNow(1);
 });
+// As node's own handling (the error logged, exit code 1), but after the model workers end themselves.
+process.on('uncaughtException', (e) => {
+  log.fatal({ err: e }, 'uncaught exception');
+  exitNow(1);
+});
 
 main().catch((e) => {
   log.fatal({ err: e }, 'failed to start');
-  process.exit(1);
+  exitNow(1);
 });

@@ -30,7 +30,14 @@ export interface Started extends DaemonInfo {
   exited: Promise<number | NodeJS.Signals>;
 }
 
-export async function startDaemon(env: Record<string, string> = {}, dataDir?: string): Promise<Started> {
+/** The daemon's process as spawned, before it listens. */
+export interface Spawned extends Omit<Started, 'platformUrl' | 'inferenceUrl'> {
+  /** What `exited` resolved with, once it has. */
+  exitCode(): number | NodeJS.Signals | undefined;
+}
+
+/** Spawns the daemon as startDaemon does, without waiting for anything (a test of its start-up). */
+export function spawnDaemon(env: Record<string, string> = {}, dataDir?: string): Spawned {
   const dir = dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-test-'));
   const adminKey = env.ADMIN_API_KEY ?? `admin-${randomBytes(16).toString('hex')}`;
   const logFile = path.join(dir, `daemon-${Date.now()}.log`);
@@ -63,6 +70,12 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir?: st
   fs.closeSync(out);
   let exitCode: number | NodeJS.Signals | undefined;
   const exited = new Promise<number | NodeJS.Signals>((r) => proc.on('exit', (code, signal) => r((exitCode = code ?? signal!))));
+  return { adminKey, dataDir: dir, pid: proc.pid!, proc, logFile, exited, exitCode: () => exitCode };
+}
+
+export async function startDaemon(env: Record<string, string> = {}, dataDir?: string): Promise<Started> {
+  const { exitCode, ...spawned } = spawnDaemon(env, dataDir);
+  const { proc, logFile } = spawned;
   const ports = await new Promise<{ platformPort: number; inferencePort: number }>((resolve, reject) => {
     const fail = (e: Error) => {
       proc.kill('SIGTERM');
@@ -73,22 +86,13 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir?: st
       const text = fs.readFileSync(logFile, 'utf8');
       const line = text.split('\n').find((l) => l.includes('"msg":"listening"'));
       if (line) return resolve(JSON.parse(line));
-      if (exitCode !== undefined) return reject(new Error(`daemon exited with ${exitCode} before listening; log:\n${text.slice(-3000)}`));
+      if (exitCode() !== undefined) return reject(new Error(`daemon exited with ${exitCode()} before listening; log:\n${text.slice(-3000)}`));
       if (Date.now() > deadline) return fail(new Error(`daemon did not start within 60 s; log: ${logFile}`));
       setTimeout(poll, 50);
     };
     poll();
   });
-  return {
-    platformUrl: `http://127.0.0.1:${ports.platformPort}`,
-    inferenceUrl: `http://127.0.0.1:${ports.inferencePort}`,
-    adminKey,
-    dataDir: dir,
-    pid: proc.pid!,
-    proc,
-    logFile,
-    exited,
-  };
+  return { ...spawned, platformUrl: `http://127.0.0.1:${ports.platformPort}`, inferenceUrl: `http://127.0.0.1:${ports.inferencePort}` };
 }
 
 /** The embedded PostgreSQL's postmaster and its backends (to stop or kill them as a fault would). */

@@ -61,7 +61,6 @@ export const inferenceModule: Module = {
       await charger.stop();
     });
     s.onShutdown(() => engine.close());
-    s.onExitNow(() => engine.exitNow());
     return {
       inference: inferenceRoutes(engine, policies, {
         chatBodyBytesMax: c.CHAT_BODY_BYTES_MAX,

@@ -6,7 +6,7 @@ import { branchFileOf, modelFileOf, parseModelConfig, type ModelDtype } from '..
 import type { ChatMessage, GenerateEvent, GenerateRequest, InferenceEngine, ScoreRequest, ScoreResult, ServedModel } from '../engine-api.js';
 import { engineMetrics } from './metrics.js';
 import { defaultEngineOptions, type EngineOptions } from './options.js';
-import { Runner } from './runner.js';
+import { Runner, RunnerClosed } from './runner.js';
 import { peerShares } from './peers.js';
 import { pickReplica } from './replicas.js';
 import { Scheduler } from './scheduler.js';
@@ -157,6 +157,7 @@ export class Engine implements InferenceEngine {
         const replicable = c.kind === 'chat' && cfg.executionProvider === 'cpu' && (extra.narrowSession || threads === 1);
         const count = replicable ? (cfg.replicas ?? 1) : 1;
         if (!replicable && (cfg.replicas ?? 1) > 1) log.info({ model: c.id, kind: c.kind }, 'MODEL_REPLICAS: one worker for this model (replicas are for chat models on the CPU with a one-thread session)');
+        log.info({ model: c.id, dtype, dir }, 'loading model');
         const init = {
           tokenTexts,
           modelPath,
@@ -197,6 +198,8 @@ export class Engine implements InferenceEngine {
         engineMetrics.modelInfo.set({ model: c.id, provider: runner.arch.provider, dtype });
         log.info({ model: c.id, kind: c.kind, dtype, provider: runner.arch.provider, arch: runner.arch, replicas: count > 1 ? count : undefined }, 'model loaded');
       } catch (e) {
+        // The process exits (threads-at-exit.ts): the rest need not load.
+        if (e instanceof RunnerClosed) break;
         // One broken folder must not keep the others from serving.
         log.error({ dir, err: e }, 'model folder skipped');
       }
@@ -265,8 +268,4 @@ export class Engine implements InferenceEngine {
     await Promise.all([...this.models.values()].flatMap((m) => m.runners.map((r) => r.close())));
   }
 
-  /** Every model worker ends at the end of its step in flight (Runner.exitNow): what a process exit may follow. */
-  async exitNow(): Promise<void> {
-    await Promise.all([...this.models.values()].flatMap((m) => m.runners.map((r) => r.exitNow())));
-  }
 }

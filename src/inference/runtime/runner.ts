@@ -3,6 +3,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { log } from '../../log.js';
+import { exitUnderway, holdExitFor } from '../../threads-at-exit.js';
 import type { TokenLogprob } from '../engine-api.js';
 import { engineMetrics as M } from './metrics.js';
 import { WorkerPeers } from './peers.js';
@@ -76,7 +77,12 @@ export class Runner {
 
   private async spawn(): Promise<Arch> {
     this.passesSeen = noPasses(); // a new worker counts from zero
+    // A process on its way out starts no model worker: it could be cut inside its first session's creation.
+    if (exitUnderway()) throw this.closed();
     const worker = new Worker(workerPath());
+    // An exit that skips the shutdown waits for it to end itself at the end of its step in flight
+    // or of its loading's current call (threads-at-exit.ts).
+    holdExitFor(worker, () => worker.postMessage({ type: 'exit', code: 0 } satisfies WorkerCommand));
     const init = this.init;
     const arch = await new Promise<Arch>((resolve, reject) => {
       const onMsg = (m: WorkerEvent) => {
@@ -93,7 +99,8 @@ export class Runner {
     }).catch(async (e) => {
       // Safe here, unlike in close(): after init-error the worker runs nothing more, and after error or exit it is gone.
       await worker.terminate();
-      throw e;
+      // It ended itself because the process is exiting (threads-at-exit.ts): not a load failure.
+      throw exitUnderway() ? this.closed() : e;
     });
     worker.removeAllListeners('error').removeAllListeners('exit');
     worker.on('message', (m: WorkerEvent) => this.onReply(m));
@@ -105,7 +112,7 @@ export class Runner {
 
   /** The worker died: fail what it held, then start it again within the restart budget. */
   private lost(w: Worker, cause: Error): void {
-    if (w !== this.worker || this.closing) return;
+    if (w !== this.worker || this.closing || exitUnderway()) return;
     this.worker = undefined;
     // Its sequences died with it: the other workers get their cores back now, not when it restarts (peers.ts).
     new WorkerPeers(this.init.peers).rest();
@@ -256,22 +263,13 @@ export class Runner {
     return new RunnerClosed(`model ${this.modelId} is shutting down`);
   }
 
-  /**
-   * Ends the worker without waiting for its work: it exits at the end of the step in flight,
-   * from its own thread (see close). For a second signal, which must not wait out a decode run.
-   */
-  async exitNow(): Promise<void> {
-    this.closing = true;
-    if (this.worker) await ended(this.worker, { type: 'exit', code: 0 });
-  }
-
   /** Fault injection for tests: the worker exits as after an uncaught error, between two of its steps. */
   crashForTest(): void {
     this.worker?.postMessage({ type: 'exit', code: 1 } satisfies WorkerCommand);
   }
 }
 
-/** Sends the worker the message that ends it (close, exit) and resolves once its thread has ended. */
+/** Sends the worker the message that ends it and resolves once its thread has ended. */
 function ended(w: Worker, msg: WorkerCommand): Promise<void> {
   const exited = new Promise<void>((r) => w.once('exit', () => r()));
   w.postMessage(msg);
