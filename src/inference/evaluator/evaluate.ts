@@ -3,7 +3,7 @@ import type { BranchSpec, InferenceEngine, ServedModel, TokenUsage } from '../en
 import type { Answer, EvaluationRequest, Question, Warning } from '../protocol.js';
 import { validateImages } from './images.js';
 import { BOOLEAN_WORDS, planQuestion, prefixText, QUESTION_LEAD, type Detail } from './prompt.js';
-import { commonPrefix, distribution, needsTerminator, planBranches } from './score.js';
+import { commonPrefix, distribution, hoistSharedLead, needsTerminator, planBranches } from './score.js';
 
 /** What planning an evaluation needs of the engine port: its tokenizer, no model work. */
 export type PlanEngine = Pick<InferenceEngine, 'encode' | 'bosTokens'>;
@@ -126,10 +126,11 @@ export async function planEvaluation(engine: PlanEngine, model: ServedModel, req
       });
     }
   }
+  const prefixRun = hoistSharedLead(prefixTokens, branches);
   return {
-    prefixTokens,
+    prefixTokens: prefixRun,
     branches,
-    tokens: prefixTokens.length + branches.reduce((s, b) => s + b.tokens.length, 0),
+    tokens: prefixRun.length + branches.reduce((s, b) => s + b.tokens.length, 0),
     warnings,
     finish: (logprobs, processedTokens) => {
       const answers: Record<string, Answer> = {};

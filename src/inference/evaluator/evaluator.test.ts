@@ -4,7 +4,7 @@ import { parse } from '../../http/validate.js';
 import { EvaluationRequest, IMAGE_BYTES_MAX } from '../protocol.js';
 import { validateImages } from './images.js';
 import { planEvaluation, type PlanEngine } from './evaluate.js';
-import { distribution, needsTerminator, planBranches } from './score.js';
+import { distribution, hoistSharedLead, needsTerminator, planBranches } from './score.js';
 import type { BranchSpec, ServedModel } from '../engine-api.js';
 
 const PNG = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
@@ -88,6 +88,36 @@ describe('trie scoring of multi-token answers', () => {
     expect(d[1]).toBeCloseTo(0.375, 6);
     expect(d[2]).toBeCloseTo(0.5, 6);
   });
+  it("runs the questions' shared opening tokens once, in the prefix, each keeping at least its last token", () => {
+    const branches: BranchSpec[] = [];
+    planBranches([5, 6, 7, 8], [[1], [2]], branches);
+    planBranches([5, 6, 9], [[1, 2], [1, 3]], branches);
+    const prefix = hoistSharedLead([1, 2], branches);
+    expect(prefix).toEqual([1, 2, 5, 6]);
+    // The roots lose the lead; the answer-token branch under the second question keeps its parent and tokens.
+    expect(branches).toEqual([
+      { parent: -1, tokens: [7, 8] },
+      { parent: -1, tokens: [9] },
+      { parent: 1, tokens: [1] },
+    ]);
+    // One question, or no shared lead: nothing moves.
+    const one: BranchSpec[] = [{ parent: -1, tokens: [3, 4, 5] }];
+    expect(hoistSharedLead([1], one)).toEqual([1]);
+    expect(one).toEqual([{ parent: -1, tokens: [3, 4, 5] }]);
+    const apart: BranchSpec[] = [
+      { parent: -1, tokens: [3, 4] },
+      { parent: -1, tokens: [4, 4] },
+    ];
+    expect(hoistSharedLead([1], apart)).toEqual([1]);
+    expect(apart.map((b) => b.tokens)).toEqual([[3, 4], [4, 4]]);
+    // A question that is the others' lead itself keeps its one last token.
+    const nested: BranchSpec[] = [
+      { parent: -1, tokens: [3, 4] },
+      { parent: -1, tokens: [3, 4, 5] },
+    ];
+    expect(hoistSharedLead([1], nested)).toEqual([1, 3]);
+    expect(nested.map((b) => b.tokens)).toEqual([[4], [4, 5]]);
+  });
   it('needs a terminator only when one answer is a prefix of another', () => {
     expect(needsTerminator([[1], [1, 2]])).toBe(true);
     expect(needsTerminator([[1, 3], [1, 2]])).toBe(false);
@@ -152,6 +182,19 @@ describe('planEvaluation on a fake engine', () => {
     const e = await planEvaluation(engine, model, big).then(() => { throw new Error('accepted'); }, (x: ApiError) => x);
     expect(e.code).toBe('context_length_exceeded');
     expect(e.param).toBe('state');
+  });
+
+  it("runs two questions' shared lead once, in the prefix, and counts it once", async () => {
+    const req = parse(EvaluationRequest, { state: 's', questions: { r: { type: 'boolean', instructions: 'Is it red?' }, b: { type: 'boolean', instructions: 'Is it blue?' } } });
+    const plan = await planEvaluation(engine, model, req);
+    const chars = (t: number[]) => String.fromCharCode(...t);
+    const roots = plan.branches.filter((b) => b.parent === -1).map((b) => chars(b.tokens));
+    expect(roots).toEqual(['red?\nA:', 'blue?\nA:']);
+    const one = await planEvaluation(engine, model, parse(EvaluationRequest, { state: 's', questions: { r: { type: 'boolean', instructions: 'Is it red?' } } }));
+    expect(chars(one.branches[0]!.tokens)).toBe(' Is it red?\nA:');
+    expect(chars(plan.prefixTokens)).toBe(chars(one.prefixTokens) + ' Is it ');
+    // The usage counts what runs: the lead once, each question's rest and answer tokens.
+    expect(plan.tokens).toBe(plan.prefixTokens.length + plan.branches.reduce((n, b) => n + b.tokens.length, 0));
   });
 
   it('still answers 255 options on a small context by listing fewer details', async () => {
