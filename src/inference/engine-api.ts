@@ -32,12 +32,17 @@ export interface ScoreRequest {
   prefixTokens: number[];
   branches: BranchSpec[];
   signal?: AbortSignal;
+  /**
+   * Requests of one scope (the caller's user) whose identical prefix is still prefilling share
+   * that prefill; none is shared across scopes, so one tenant's timing tells nothing of another's.
+   */
+  shareScope?: string;
 }
 
 export interface ScoreResult {
   /** Per branch, the log-probability of each of its tokens. */
   logprobs: Float32Array[];
-  /** Tokens run through the model (the prefix once, each branch's own), as billed. */
+  /** Tokens run for the request (the prefix once, each branch's own), as billed: a prefix another request's prefill served counts too. */
   processedTokens: number;
 }
 

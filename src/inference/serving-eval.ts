@@ -46,7 +46,7 @@ export async function serveEvaluation(
     const admission = await policies.admit(ctx, model, plan.tokens);
     let processed = 0;
     try {
-      const out = await engine.scoreBranches(model.id, { prefixTokens: plan.prefixTokens, branches: plan.branches, signal: ctx.signal });
+      const out = await engine.scoreBranches(model.id, { prefixTokens: plan.prefixTokens, branches: plan.branches, signal: ctx.signal, shareScope: ctx.principal.userId });
       processed = out.processedTokens;
       const result = plan.finish(out.logprobs, out.processedTokens);
       const body: EvaluationResponse = { answers: result.answers, model: model.id, usage: result.usage, warnings: result.warnings };

@@ -213,6 +213,33 @@ describe('engine', () => {
       expect(maxDiff).toBeLessThan(1e-4);
     }
   });
+
+  it("prefills a prefix once for concurrent requests of one scope, each with its own answers and usage; another scope's runs its own", async () => {
+    const prefix = await engine.encode(EVAL, 'The state of the world is calm today, and the sea is still.');
+    const qs = await Promise.all([' Is it calm?', ' Is it loud?', ' Is it late?', ' Is it wet?'].map((t) => engine.encode(EVAL, t)));
+    const run = (q: number[], shareScope?: string, signal?: AbortSignal) => engine.scoreBranches(EVAL, { prefixTokens: prefix, branches: [{ parent: -1, tokens: q }], shareScope, signal });
+    const alone = await Promise.all(qs.map((q) => run(q)));
+    const counter = async (name: string) => ((await registries.inference.getSingleMetric(name)!.get()).values.find((v) => v.labels.model_name === EVAL)?.value ?? 0);
+    const [hits0, prompt0] = [await counter('vllm:prefix_cache_hits_total'), await counter('vllm:prompt_tokens_total')];
+    // The first of scope a goes away once the others joined its prefix: they still share it.
+    const gone = new AbortController();
+    const first = run(qs[0]!, 'a', gone.signal);
+    const others = Promise.all([run(qs[1]!, 'a'), run(qs[2]!, 'a'), run(qs[3]!, 'b')]);
+    gone.abort(new Error('client went away'));
+    const together = await others;
+    await expect(first).rejects.toThrow('client went away');
+    for (const [k, r] of together.entries()) {
+      const want = alone[k + 1]!;
+      expect(r.processedTokens).toBe(want.processedTokens); // billed as if it ran alone
+      let maxDiff = 0;
+      for (let t = 0; t < want.logprobs[0]!.length; t++) maxDiff = Math.max(maxDiff, Math.abs(want.logprobs[0]![t]! - r.logprobs[0]![t]!));
+      expect(maxDiff).toBeLessThan(1e-4);
+    }
+    // Scope a's second and third requests joined the first's prefix; scope b ran its own.
+    expect((await counter('vllm:prefix_cache_hits_total')) - hits0).toBe(2 * prefix.length);
+    const branchTokens = qs.slice(1).reduce((n, q) => n + q.length, 0);
+    expect((await counter('vllm:prompt_tokens_total')) - prompt0).toBe(2 * prefix.length + branchTokens);
+  });
 });
 
 describe('engine without a usable branch graph', () => {

@@ -261,7 +261,7 @@ export class Engine implements InferenceEngine {
   }
 
   scoreBranches(modelId: string, req: ScoreRequest): Promise<ScoreResult> {
-    return pickReplica(this.get(modelId).schedulers).scoreBranches(req.prefixTokens, req.branches, req.signal);
+    return pickReplica(this.get(modelId).schedulers).scoreBranches(req.prefixTokens, req.branches, req.signal, req.shareScope);
   }
 
   async close(): Promise<void> {

@@ -57,6 +57,10 @@ const kvUsage = gauge({ name: 'vllm:kv_cache_usage_perc', help: 'KV-cache usage,
 // vLLM's name for the same figure before 0.10; the endpoint picker and older dashboards still read it.
 const gpuCacheUsage = gauge({ name: 'vllm:gpu_cache_usage_perc', help: 'KV-cache usage, 0 to 1 (the older name of vllm:kv_cache_usage_perc)', labelNames: N }, 'inference');
 const promptTokens = counter({ name: 'vllm:prompt_tokens_total', help: 'Prompt tokens run through the model (prefill)', labelNames: N }, 'inference');
+// vLLM's prefix-cache counters, in tokens: here the evaluation prefixes (a request's state) and those joined
+// while another request's identical one was still prefilling (scheduler.ts scoreBranches).
+const prefixQueries = counter({ name: 'vllm:prefix_cache_queries_total', help: 'Evaluation prefix tokens asked for', labelNames: N }, 'inference');
+const prefixHits = counter({ name: 'vllm:prefix_cache_hits_total', help: 'Evaluation prefix tokens found prefilling for another request, not run again', labelNames: N }, 'inference');
 const generationTokens = counter({ name: 'vllm:generation_tokens_total', help: 'Tokens generated', labelNames: N }, 'inference');
 const ttft = histogram({ name: 'vllm:time_to_first_token_seconds', help: 'From admission to the engine to the first generated token', labelNames: N, buckets: TTFT_BUCKETS }, 'inference');
 const itl = histogram({ name: 'vllm:inter_token_latency_seconds', help: 'Time between consecutive generated tokens of a sequence', labelNames: N, buckets: TPOT_BUCKETS }, 'inference');
@@ -102,6 +106,8 @@ export const engineMetrics = {
   waiting: { set: (l: ModelLabels, v: number) => waiting.set(L(l), folds.waiting.set(l, v)) },
   promptTokens: { inc: (l: ModelLabels, v = 1) => promptTokens.inc(L(l), v) },
   generatedTokens: { inc: (l: ModelLabels, v = 1) => generationTokens.inc(L(l), v) },
+  prefixQueries: { inc: (l: ModelLabels, v: number) => prefixQueries.inc(L(l), v) },
+  prefixHits: { inc: (l: ModelLabels, v: number) => prefixHits.inc(L(l), v) },
   ttft: { observe: (l: ModelLabels, s: number) => ttft.observe(L(l), s) },
   itl: {
     observe: (l: ModelLabels, s: number) => {

@@ -38,8 +38,13 @@ interface Seq {
   promptLen: number;
   gen?: Generation;
   branch?: Branch;
-  /** A score job's shared prefix: forked into its branches once prefilled. */
-  prefixOf?: ScoreJob;
+  /**
+   * The score jobs whose prefix this is: each forks its branches from it once it is prefilled.
+   * Several when concurrent requests of one scope (one user) send the same prefix: it runs once.
+   */
+  prefixOf?: ScoreJob[];
+  /** Its key in `prefixes` (scope and tokens), while jobs may still join it. */
+  prefixKey?: string;
   cancelled: boolean;
   /** Its prompt was sent to join the decode run in flight; the answer is on its way. */
   joining?: boolean;
@@ -49,6 +54,8 @@ export class Scheduler {
   private nextSeq = 1;
   private readonly waiting: Seq[] = [];
   private readonly active = new Set<Seq>();
+  /** Prefixes not yet prefilled, by scope and tokens: a score job with the same one joins it. */
+  private readonly prefixes = new Map<string, Seq>();
   private running = false;
   private lastWasDecode = false;
   private lastPrefillWasBranches = false;
@@ -275,8 +282,14 @@ export class Scheduler {
     }
   }
 
-  /** Log-softmax at the last position of each branch; the prefix is prefilled once and forked. */
-  scoreBranches(prefixTokens: number[], branches: BranchSpec[], signal?: AbortSignal): Promise<{ logprobs: Float32Array[]; processedTokens: number }> {
+  /**
+   * Log-softmax at the last position of each branch; the prefix is prefilled once and forked.
+   * With a `shareScope`, a job whose prefix (the same tokens, the same scope) is still waiting
+   * or being prefilled for another job joins it instead of running it again: 64 concurrent
+   * one-question requests on one state prefill it once. Each job still counts the whole prefix
+   * among its processed tokens: what a request is billed does not depend on what else runs.
+   */
+  scoreBranches(prefixTokens: number[], branches: BranchSpec[], signal?: AbortSignal, shareScope?: string): Promise<{ logprobs: Float32Array[]; processedTokens: number }> {
     return new Promise((resolve, reject) => {
       if (prefixTokens.length === 0 || branches.length === 0 || branches.some((b, i) => b.tokens.length === 0 || b.parent >= i || b.parent < -1)) {
         reject(new Error('scoreBranches: the prefix and branches must be non-empty and parents listed before children'));
@@ -289,7 +302,10 @@ export class Scheduler {
       }
       const children: number[][] = [[], ...branches.map(() => [] as number[])];
       branches.forEach((b, i) => children[b.parent + 1]!.push(i));
-      const prefix: Seq = { id: this.nextSeq++, pending: [...prefixTokens], promptLen: prefixTokens.length, cancelled: false };
+      const key = shareScope === undefined ? undefined : `${shareScope}\u0000${prefixTokens.join(',')}`;
+      const running = key === undefined ? undefined : this.prefixes.get(key);
+      const joins = running !== undefined && !running.cancelled && running.prefixOf !== undefined;
+      const prefix: Seq = joins ? running : { id: this.nextSeq++, pending: [...prefixTokens], promptLen: prefixTokens.length, cancelled: false, prefixOf: [], prefixKey: key };
       const job: ScoreJob = {
         branches,
         children,
@@ -300,23 +316,38 @@ export class Scheduler {
         reject,
         cancelled: false,
       };
-      prefix.prefixOf = job;
+      prefix.prefixOf!.push(job);
+      M.prefixQueries.inc(this.runner.labels, prefixTokens.length);
       signal?.addEventListener(
         'abort',
         () => {
           job.cancelled = true;
           // The caller's own reason (its deadline, its client gone) goes back to it as it was given.
           job.reject(signal.reason);
-          this.cancel(prefix);
+          // The prefix runs on while another job waits for it.
+          const jobs = prefix.prefixOf;
+          if (jobs?.includes(job)) jobs.splice(jobs.indexOf(job), 1);
+          if (!jobs || jobs.length === 0) this.cancel(prefix);
         },
         { once: true },
       );
+      if (joins) {
+        M.prefixHits.inc(this.runner.labels, prefixTokens.length);
+        return;
+      }
+      if (key !== undefined) this.prefixes.set(key, prefix);
       try {
         this.admit(prefix);
       } catch (e) {
+        this.forgetPrefix(prefix);
         reject(e);
       }
     });
+  }
+
+  /** No job joins this prefix from now on (it is prefilled, failed or gone). */
+  private forgetPrefix(s: Seq): void {
+    if (s.prefixKey !== undefined && this.prefixes.get(s.prefixKey) === s) this.prefixes.delete(s.prefixKey);
   }
 
   private depth(branches: BranchSpec[], b: BranchSpec): number {
@@ -406,6 +437,7 @@ export class Scheduler {
       const done = s.branch === undefined && s.gen === undefined && s.prefixOf === undefined;
       if (s.cancelled || (s.gen?.finished ?? false) || (s.branch?.job.cancelled ?? false) || done) {
         this.active.delete(s);
+        this.forgetPrefix(s);
         gone.push(s.id);
       }
     }
@@ -421,7 +453,8 @@ export class Scheduler {
           ? { message: `model ${this.modelId}'s worker stopped while running this request; it is restarting, retry shortly`, retryable: true }
           : { message: `model ${this.modelId} failed while running this request`, retryable: false };
     if (s.gen) this.end(s, 'failed', failure);
-    (s.prefixOf ?? s.branch?.job)?.reject(new EngineFailed(failure));
+    for (const job of s.prefixOf ?? (s.branch ? [s.branch.job] : [])) job.reject(new EngineFailed(failure));
+    this.forgetPrefix(s);
     s.cancelled = true;
   }
 
@@ -472,8 +505,8 @@ export class Scheduler {
           job.resolve({ logprobs: job.logprobs, processedTokens: job.processed });
         }
       } else if (seq.prefixOf) {
-        const job = seq.prefixOf;
-        await this.forkBranches(seq, job, job.children[0]!);
+        this.forgetPrefix(seq); // prefilled: a job that comes now runs its own
+        for (const job of seq.prefixOf) await this.forkBranches(seq, job, job.children[0]!);
         seq.prefixOf = undefined; // its KV is shared by the branches: reaped next
       }
     }
