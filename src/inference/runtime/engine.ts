@@ -267,5 +267,4 @@ export class Engine implements InferenceEngine {
   async close(): Promise<void> {
     await Promise.all([...this.models.values()].flatMap((m) => m.runners.map((r) => r.close())));
   }
-
 }
