@@ -42,7 +42,7 @@ export interface ScoreRequest {
 export interface ScoreResult {
   /** Per branch, the log-probability of each of its tokens. */
   logprobs: Float32Array[];
-  /** Tokens run for the request (the prefix once, each branch's own), as billed: a prefix another request's prefill served counts too. */
+  /** Tokens the request runs as if alone (scoreTokens), as billed: a prefix another request's prefill served counts too. */
   processedTokens: number;
 }
 
@@ -156,6 +156,34 @@ export class TemplateRefused extends Error {
 export interface BranchSpec {
   parent: number;
   tokens: number[];
+}
+
+/**
+ * The opening tokens every question (root branch) shares, each keeping at least its last token,
+ * whose distribution it is scored on: the engine runs them once, after the prefix, instead of once
+ * a question ("Is Lily happy?", "Is Tom kind?"). None for a lone question: nothing is shared.
+ */
+export function sharedLead(branches: BranchSpec[]): number[] {
+  const roots = branches.filter((b) => b.parent === -1);
+  if (roots.length < 2) return [];
+  const first = roots[0]!.tokens;
+  let n = Math.min(...roots.map((b) => b.tokens.length - 1));
+  for (const r of roots) {
+    let i = 0;
+    while (i < n && r.tokens[i] === first[i]) i++;
+    n = i;
+  }
+  return first.slice(0, n);
+}
+
+/**
+ * Tokens a score request runs, and is billed, as if it ran alone: the prefix and the questions'
+ * shared lead once, then every branch's own tokens. A request that joins another's prefill
+ * (scheduler.ts) is billed the same.
+ */
+export function scoreTokens(prefixLength: number, branches: BranchSpec[]): number {
+  const roots = branches.filter((b) => b.parent === -1).length;
+  return prefixLength + branches.reduce((n, b) => n + b.tokens.length, 0) - Math.max(roots - 1, 0) * sharedLead(branches).length;
 }
 
 /** Cuts beyond temperature and top_p (vLLM's extras): 0 turns each off. */

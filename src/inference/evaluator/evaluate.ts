@@ -1,9 +1,9 @@
 import { ApiError } from '../../errors.js';
-import type { BranchSpec, InferenceEngine, ServedModel, TokenUsage } from '../engine-api.js';
+import { scoreTokens, type BranchSpec, type InferenceEngine, type ServedModel, type TokenUsage } from '../engine-api.js';
 import type { Answer, EvaluationRequest, Question, Warning } from '../protocol.js';
 import { validateImages } from './images.js';
 import { BOOLEAN_WORDS, planQuestion, prefixText, QUESTION_LEAD, type Detail } from './prompt.js';
-import { commonPrefix, distribution, hoistSharedLead, needsTerminator, planBranches } from './score.js';
+import { commonPrefix, distribution, needsTerminator, planBranches } from './score.js';
 
 /** What planning an evaluation needs of the engine port: its tokenizer, no model work. */
 export type PlanEngine = Pick<InferenceEngine, 'encode' | 'bosTokens'>;
@@ -72,7 +72,7 @@ const stateTooLong = (model: ServedModel, size: string) =>
 export interface EvaluationPlan {
   prefixTokens: number[];
   branches: BranchSpec[];
-  /** Tokens the engine will run: the prefix once and every branch. */
+  /** Tokens the engine will run, as billed: the prefix and the questions' shared lead once, every branch's own (scoreTokens). */
   tokens: number;
   warnings: Warning[];
   finish(logprobs: Float32Array[], processedTokens: number): EvaluationResult;
@@ -126,11 +126,10 @@ export async function planEvaluation(engine: PlanEngine, model: ServedModel, req
       });
     }
   }
-  const prefixRun = hoistSharedLead(prefixTokens, branches);
   return {
-    prefixTokens: prefixRun,
+    prefixTokens,
     branches,
-    tokens: prefixRun.length + branches.reduce((s, b) => s + b.tokens.length, 0),
+    tokens: scoreTokens(prefixTokens.length, branches),
     warnings,
     finish: (logprobs, processedTokens) => {
       const answers: Record<string, Answer> = {};

@@ -4,8 +4,8 @@ import { parse } from '../../http/validate.js';
 import { EvaluationRequest, IMAGE_BYTES_MAX } from '../protocol.js';
 import { validateImages } from './images.js';
 import { planEvaluation, type PlanEngine } from './evaluate.js';
-import { distribution, hoistSharedLead, needsTerminator, planBranches } from './score.js';
-import type { BranchSpec, ServedModel } from '../engine-api.js';
+import { distribution, needsTerminator, planBranches } from './score.js';
+import { scoreTokens, sharedLead, type BranchSpec, type ServedModel } from '../engine-api.js';
 
 const PNG = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 const png = (bytes: number) => {
@@ -88,35 +88,19 @@ describe('trie scoring of multi-token answers', () => {
     expect(d[1]).toBeCloseTo(0.375, 6);
     expect(d[2]).toBeCloseTo(0.5, 6);
   });
-  it("runs the questions' shared opening tokens once, in the prefix, each keeping at least its last token", () => {
+  it("counts the questions' shared opening tokens once, each question keeping at least its last token", () => {
     const branches: BranchSpec[] = [];
     planBranches([5, 6, 7, 8], [[1], [2]], branches);
     planBranches([5, 6, 9], [[1, 2], [1, 3]], branches);
-    const prefix = hoistSharedLead([1, 2], branches);
-    expect(prefix).toEqual([1, 2, 5, 6]);
-    // The roots lose the lead; the answer-token branch under the second question keeps its parent and tokens.
-    expect(branches).toEqual([
-      { parent: -1, tokens: [7, 8] },
-      { parent: -1, tokens: [9] },
-      { parent: 1, tokens: [1] },
-    ]);
-    // One question, or no shared lead: nothing moves.
-    const one: BranchSpec[] = [{ parent: -1, tokens: [3, 4, 5] }];
-    expect(hoistSharedLead([1], one)).toEqual([1]);
-    expect(one).toEqual([{ parent: -1, tokens: [3, 4, 5] }]);
-    const apart: BranchSpec[] = [
-      { parent: -1, tokens: [3, 4] },
-      { parent: -1, tokens: [4, 4] },
-    ];
-    expect(hoistSharedLead([1], apart)).toEqual([1]);
-    expect(apart.map((b) => b.tokens)).toEqual([[3, 4], [4, 4]]);
+    // Roots [5, 6, 7, 8] and [5, 6, 9]; the second's answer-token branch [1] is no question.
+    expect(sharedLead(branches)).toEqual([5, 6]);
+    expect(scoreTokens(2, branches)).toBe(2 + 2 + 2 + 1 + 1);
+    // One question, or no shared lead: nothing is shared.
+    expect(sharedLead([{ parent: -1, tokens: [3, 4, 5] }])).toEqual([]);
+    expect(scoreTokens(1, [{ parent: -1, tokens: [3, 4, 5] }])).toBe(4);
+    expect(sharedLead([{ parent: -1, tokens: [3, 4] }, { parent: -1, tokens: [4, 4] }])).toEqual([]);
     // A question that is the others' lead itself keeps its one last token.
-    const nested: BranchSpec[] = [
-      { parent: -1, tokens: [3, 4] },
-      { parent: -1, tokens: [3, 4, 5] },
-    ];
-    expect(hoistSharedLead([1], nested)).toEqual([1, 3]);
-    expect(nested.map((b) => b.tokens)).toEqual([[4], [4, 5]]);
+    expect(sharedLead([{ parent: -1, tokens: [3, 4] }, { parent: -1, tokens: [3, 4, 5] }])).toEqual([3]);
   });
   it('needs a terminator only when one answer is a prefix of another', () => {
     expect(needsTerminator([[1], [1, 2]])).toBe(true);
@@ -130,7 +114,7 @@ describe('planEvaluation on a fake engine', () => {
     encode: async (_m, text) => [...text].map((c) => c.charCodeAt(0) % 256),
     bosTokens: () => [1],
     scoreBranches: async (_m, { prefixTokens, branches }) => ({
-      processedTokens: prefixTokens.length + branches.reduce((s, b) => s + b.tokens.length, 0),
+      processedTokens: scoreTokens(prefixTokens.length, branches),
       logprobs: branches.map((b, k) => {
         const logits = Float32Array.from({ length: 256 }, (_, i) => Math.sin(i * 12.9898 + k * 78.233 + (b.tokens[b.tokens.length - 1] ?? 0)) * 3);
         const max = Math.max(...logits);
@@ -184,17 +168,15 @@ describe('planEvaluation on a fake engine', () => {
     expect(e.param).toBe('state');
   });
 
-  it("runs two questions' shared lead once, in the prefix, and counts it once", async () => {
-    const req = parse(EvaluationRequest, { state: 's', questions: { r: { type: 'boolean', instructions: 'Is it red?' }, b: { type: 'boolean', instructions: 'Is it blue?' } } });
-    const plan = await planEvaluation(engine, model, req);
+  it("counts two questions' shared lead once", async () => {
+    const ask = (...qs: string[]) => parse(EvaluationRequest, { state: 's', questions: Object.fromEntries(qs.map((q, i) => [`q${i}`, { type: 'boolean', instructions: q }])) });
+    const two = await planEvaluation(engine, model, ask('Is it red?', 'Is it blue?'));
+    const one = await planEvaluation(engine, model, ask('Is it red?'));
     const chars = (t: number[]) => String.fromCharCode(...t);
-    const roots = plan.branches.filter((b) => b.parent === -1).map((b) => chars(b.tokens));
-    expect(roots).toEqual(['red?\nA:', 'blue?\nA:']);
-    const one = await planEvaluation(engine, model, parse(EvaluationRequest, { state: 's', questions: { r: { type: 'boolean', instructions: 'Is it red?' } } }));
-    expect(chars(one.branches[0]!.tokens)).toBe(' Is it red?\nA:');
-    expect(chars(plan.prefixTokens)).toBe(chars(one.prefixTokens) + ' Is it ');
-    // The usage counts what runs: the lead once, each question's rest and answer tokens.
-    expect(plan.tokens).toBe(plan.prefixTokens.length + plan.branches.reduce((n, b) => n + b.tokens.length, 0));
+    expect(chars(sharedLead(two.branches))).toBe(' Is it ');
+    // The second question adds its own tokens and answers, not the lead again.
+    const own = (p: typeof two) => p.branches.reduce((n, b) => n + b.tokens.length, 0);
+    expect(two.tokens - one.tokens).toBe(own(two) - own(one) - ' Is it '.length);
   });
 
   it('still answers 255 options on a small context by listing fewer details', async () => {

@@ -54,24 +54,6 @@ export function distribution(paths: Array<Array<[number, number]>>, logprobs: Ar
   return exps.map((e) => e / sum);
 }
 
-/**
- * Moves the opening tokens every question shares (the roots of `branches`) into the prefix,
- * where they run once instead of once a question; each question keeps at least its last token,
- * whose distribution it is scored on. The context every branch continues is unchanged (the same
- * tokens at the same positions). Questions asked in one form ("Is Lily happy?", "Is Tom
- * kind?") share their lead. A lone question keeps its tokens: nothing is shared, and moving
- * them would only trade the branch step's work for the prefix step's.
- */
-export function hoistSharedLead(prefix: number[], branches: BranchSpec[]): number[] {
-  const roots = branches.filter((b) => b.parent === -1);
-  if (roots.length < 2) return prefix;
-  const n = Math.min(commonPrefix(roots.map((b) => b.tokens)), ...roots.map((b) => b.tokens.length - 1));
-  if (n <= 0) return prefix;
-  const lead = roots[0]!.tokens.slice(0, n);
-  for (const b of roots) b.tokens = b.tokens.slice(n);
-  return [...prefix, ...lead];
-}
-
 /** Longest common prefix length of token sequences. */
 export function commonPrefix(seqs: number[][]): number {
   if (seqs.length === 0) return 0;

@@ -243,6 +243,36 @@ describe('engine', () => {
     const branchTokens = qs.slice(1).reduce((n, q) => n + q.length, 0);
     expect((await counter('vllm:prompt_tokens_total')) - prompt0).toBe(2 * prefix.length + branchTokens);
   });
+
+  it("runs the questions' shared lead once with the prefix, and joins a prefill only where every question opens with its lead", async () => {
+    const prefix = await engine.encode(EVAL, 'The night was dark and the wind blew hard over the hill.');
+    const enc = (ts: string[]) => Promise.all(ts.map((t) => engine.encode(EVAL, t)));
+    const roots = (qs: number[][]) => qs.map((tokens) => ({ parent: -1, tokens }));
+    const isIt = await enc([' Is it cold?', ' Is it late?']);
+    const doesIt = await enc([' Does it rain?', ' Does it snow?']);
+    const hot = await enc([' Is it hot?']);
+    const sets = [isIt, doesIt, hot];
+    const alone = [];
+    for (const qs of sets) alone.push(await engine.scoreBranches(EVAL, { prefixTokens: prefix, branches: roots(qs) }));
+    const lead = isIt[0]!.findIndex((t, i) => t !== isIt[1]![i]);
+    expect(lead).toBeGreaterThan(0);
+    // Billed as run alone: the lead once.
+    expect(alone[0]!.processedTokens).toBe(prefix.length + isIt[0]!.length + isIt[1]!.length - lead);
+    const counter = async (name: string) => ((await registries.inference.getSingleMetric(name)!.get()).values.find((v) => v.labels.model_name === EVAL)?.value ?? 0);
+    const hits0 = await counter('vllm:prefix_cache_hits_total');
+    const together = await Promise.all(sets.map((qs) => engine.scoreBranches(EVAL, { prefixTokens: prefix, branches: roots(qs), shareScope: 'c' })));
+    for (const [k, r] of together.entries()) {
+      expect(r.processedTokens).toBe(alone[k]!.processedTokens);
+      for (const [b, lp] of r.logprobs.entries()) {
+        let maxDiff = 0;
+        for (let t = 0; t < lp.length; t++) maxDiff = Math.max(maxDiff, Math.abs(lp[t]! - alone[k]!.logprobs[b]![t]!));
+        expect(maxDiff).toBeLessThan(1e-4);
+      }
+    }
+    // " Does it" questions do not open with the first request's lead: they ran their own prefix;
+    // " Is it hot?" does, and joined (the prefix and the lead not run again).
+    expect((await counter('vllm:prefix_cache_hits_total')) - hits0).toBe(prefix.length + lead);
+  });
 });
 
 describe('engine without a usable branch graph', () => {

@@ -1,5 +1,5 @@
 import { log } from '../../log.js';
-import { EngineFailed, EngineRefused, type BranchSpec, type EngineFailure, type GenerateEvent, type GenerateRequest, type TokenLogprob } from '../engine-api.js';
+import { EngineFailed, EngineRefused, scoreTokens, sharedLead, type BranchSpec, type EngineFailure, type GenerateEvent, type GenerateRequest, type TokenLogprob } from '../engine-api.js';
 import { engineMetrics as M, kvCacheUsage } from './metrics.js';
 import { inStepBudget, type EngineOptions } from './options.js';
 import { endsGeneration, type SamplerSpec } from './protocol.js';
@@ -43,8 +43,10 @@ interface Seq {
    * Several when concurrent requests of one scope (one user) send the same prefix: it runs once.
    */
   prefixOf?: ScoreJob[];
-  /** Its key in `prefixes` (scope and tokens), while jobs may still join it. */
+  /** Its key in `prefixes` (scope and the request's prefix), while jobs may still join it. */
   prefixKey?: string;
+  /** The questions' shared lead it runs after the request's prefix (sharedLead). */
+  prefixLead?: number[];
   cancelled: boolean;
   /** Its prompt was sent to join the decode run in flight; the answer is on its way. */
   joining?: boolean;
@@ -54,7 +56,7 @@ export class Scheduler {
   private nextSeq = 1;
   private readonly waiting: Seq[] = [];
   private readonly active = new Set<Seq>();
-  /** Prefixes not yet prefilled, by scope and tokens: a score job with the same one joins it. */
+  /** Prefixes not yet prefilled, by scope and the request's prefix: a score job with the same one may join it. */
   private readonly prefixes = new Map<string, Seq>();
   private running = false;
   private lastWasDecode = false;
@@ -284,10 +286,12 @@ export class Scheduler {
 
   /**
    * Log-softmax at the last position of each branch; the prefix is prefilled once and forked.
-   * With a `shareScope`, a job whose prefix (the same tokens, the same scope) is still waiting
-   * or being prefilled for another job joins it instead of running it again: 64 concurrent
-   * one-question requests on one state prefill it once. Each job still counts the whole prefix
-   * among its processed tokens: what a request is billed does not depend on what else runs.
+   * The questions' shared lead (sharedLead) runs once, as part of the prefix's sequence. With a
+   * `shareScope`, a job whose prefix (the same tokens, the same scope) is still waiting or
+   * being prefilled for another job joins it instead of running it again, where every question
+   * of it opens with that sequence's lead: 64 concurrent one-question requests on one state
+   * prefill it once. Each job is billed what it would run alone (scoreTokens): what a request
+   * costs does not depend on what else runs.
    */
   scoreBranches(prefixTokens: number[], branches: BranchSpec[], signal?: AbortSignal, shareScope?: string): Promise<{ logprobs: Float32Array[]; processedTokens: number }> {
     return new Promise((resolve, reject) => {
@@ -304,20 +308,27 @@ export class Scheduler {
       branches.forEach((b, i) => children[b.parent + 1]!.push(i));
       const key = shareScope === undefined ? undefined : `${shareScope}\u0000${prefixTokens.join(',')}`;
       const running = key === undefined ? undefined : this.prefixes.get(key);
-      const joins = running !== undefined && !running.cancelled && running.prefixOf !== undefined;
-      const prefix: Seq = joins ? running : { id: this.nextSeq++, pending: [...prefixTokens], promptLen: prefixTokens.length, cancelled: false, prefixOf: [], prefixKey: key };
+      const lead = running?.prefixLead ?? [];
+      const opensWith = (t: number[]) => t.length > lead.length && lead.every((x, i) => t[i] === x);
+      const joins = running !== undefined && !running.cancelled && running.prefixOf !== undefined && branches.every((b) => b.parent !== -1 || opensWith(b.tokens));
+      const ownLead = sharedLead(branches);
+      const prefix: Seq = joins
+        ? running
+        : { id: this.nextSeq++, pending: [...prefixTokens, ...ownLead], promptLen: prefixTokens.length + ownLead.length, cancelled: false, prefixOf: [], prefixKey: key, prefixLead: ownLead };
+      // The questions continue the prefix's sequence: its lead is run there, not in them.
+      const strip = prefix.prefixLead!.length;
       const job: ScoreJob = {
-        branches,
+        branches: strip ? branches.map((b) => (b.parent === -1 ? { parent: -1, tokens: b.tokens.slice(strip) } : b)) : branches,
         children,
         logprobs: new Array(branches.length),
         left: branches.length,
-        processed: prefixTokens.length,
+        processed: scoreTokens(prefixTokens.length, branches),
         resolve,
         reject,
         cancelled: false,
       };
       prefix.prefixOf!.push(job);
-      M.prefixQueries.inc(this.runner.labels, prefixTokens.length);
+      M.prefixQueries.inc(this.runner.labels, prefixTokens.length + ownLead.length);
       signal?.addEventListener(
         'abort',
         () => {
@@ -332,10 +343,12 @@ export class Scheduler {
         { once: true },
       );
       if (joins) {
-        M.prefixHits.inc(this.runner.labels, prefixTokens.length);
+        M.prefixHits.inc(this.runner.labels, prefixTokens.length + strip);
         return;
       }
-      if (key !== undefined) this.prefixes.set(key, prefix);
+      // The prefix others may join: the first of its key still prefilling (one with another lead runs beside it).
+      const held = key === undefined ? undefined : this.prefixes.get(key);
+      if (key !== undefined && (!held || held.cancelled || !held.prefixOf)) this.prefixes.set(key, prefix);
       try {
         this.admit(prefix);
       } catch (e) {
@@ -536,7 +549,6 @@ export class Scheduler {
     await this.runner.fork(from.id, ids);
     indices.forEach((index, k) => {
       const tokens = job.branches[index]!.tokens;
-      job.processed += tokens.length;
       this.active.add({ id: ids[k]!, pending: [...tokens], promptLen: tokens.length, branch: { job, index }, cancelled: false });
     });
   }
