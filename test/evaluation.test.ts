@@ -58,6 +58,27 @@ describe('evaluations through the AI SDK gateway client', () => {
     same(a.body.answers, c!.body.answers);
   });
 
+  it("shares one state's prefill among a user's concurrent requests, each billed as if alone", async () => {
+    const { key } = await sdk();
+    const hits = async () => {
+      const m = await call('inference', 'GET', '/metrics');
+      const line = (m.body as string).split('\n').find((l) => l.startsWith('vllm:prefix_cache_hits_total{') && l.includes(`model_name="${EVAL}"`));
+      return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
+    };
+    // A state of ~440 tokens (the model reads 512), so that requests sent together arrive while it prefills.
+    const body = { model: EVAL, state: `A state shared by the burst ${Date.now()}: ${'the tide came in over the rocks and went out again. '.repeat(12)}`, questions: { q: { type: 'boolean', instructions: 'Is the tide in?' } } };
+    const before = await hits();
+    let rs: Awaited<ReturnType<typeof call>>[] = [];
+    // One burst nearly always shares; a second stands in should a slow machine have run the first one by one.
+    for (let burst = 0; burst < 2 && (await hits()) === before; burst++) rs = await Promise.all(Array.from({ length: 16 }, () => call('inference', 'POST', '/api/v1/evaluations', { key, body })));
+    expect(await hits()).toBeGreaterThan(before);
+    for (const r of rs) {
+      expect(r.status).toBe(200);
+      expect(r.body.usage).toEqual(rs[0]!.body.usage);
+      expect(r.body.answers.q.probability).toBeCloseTo(rs[0]!.body.answers.q.probability, 5);
+    }
+  });
+
   it('takes the model from ai-model-id on the gateway path and refuses a chat model with invalid_model', async () => {
     const { key } = await sdk();
     const ok = await call('inference', 'POST', '/v4/ai/evaluation-model', {
