@@ -44,8 +44,8 @@ async function main(): Promise<void> {
   // is still loading, or one that reads "listening" and stops it at once) would otherwise take
   // the default action and kill the process with no shutdown, leaving an embedded PostgreSQL
   // server orphaned. Such a signal waits for the start, then shuts down.
-  let signals = 0;
   let daemon: Daemon | undefined;
+  let signals = 0;
   const shutDown = (d: Daemon) =>
     d.shutdown().then(
       () => process.exit(0),

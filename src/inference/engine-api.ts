@@ -164,26 +164,32 @@ export interface BranchSpec {
  * a question ("Is Lily happy?", "Is Tom kind?"). None for a lone question: nothing is shared.
  */
 export function sharedLead(branches: BranchSpec[]): number[] {
-  const roots = branches.filter((b) => b.parent === -1);
+  const roots = branches.filter((b) => b.parent === -1).map((b) => b.tokens);
   if (roots.length < 2) return [];
-  const first = roots[0]!.tokens;
-  let n = Math.min(...roots.map((b) => b.tokens.length - 1));
-  for (const r of roots) {
+  return roots[0]!.slice(0, Math.min(commonPrefix(roots), ...roots.map((t) => t.length - 1)));
+}
+
+/** Longest common prefix length of token sequences. */
+export function commonPrefix(seqs: number[][]): number {
+  if (seqs.length === 0) return 0;
+  let n = Math.min(...seqs.map((s) => s.length));
+  const first = seqs[0]!;
+  for (const s of seqs) {
     let i = 0;
-    while (i < n && r.tokens[i] === first[i]) i++;
+    while (i < n && s[i] === first[i]) i++;
     n = i;
   }
-  return first.slice(0, n);
+  return n;
 }
 
 /**
  * Tokens a score request runs, and is billed, as if it ran alone: the prefix and the questions'
  * shared lead once, then every branch's own tokens. A request that joins another's prefill
- * (scheduler.ts) is billed the same.
+ * (scheduler.ts) is billed the same. `lead`: sharedLead(branches), where the caller has it.
  */
-export function scoreTokens(prefixLength: number, branches: BranchSpec[]): number {
+export function scoreTokens(prefixLength: number, branches: BranchSpec[], lead = sharedLead(branches)): number {
   const roots = branches.filter((b) => b.parent === -1).length;
-  return prefixLength + branches.reduce((n, b) => n + b.tokens.length, 0) - Math.max(roots - 1, 0) * sharedLead(branches).length;
+  return prefixLength + branches.reduce((n, b) => n + b.tokens.length, 0) - Math.max(roots - 1, 0) * lead.length;
 }
 
 /** Cuts beyond temperature and top_p (vLLM's extras): 0 turns each off. */

@@ -1,9 +1,9 @@
 import { ApiError } from '../../errors.js';
-import { scoreTokens, type BranchSpec, type InferenceEngine, type ServedModel, type TokenUsage } from '../engine-api.js';
+import { commonPrefix, scoreTokens, type BranchSpec, type InferenceEngine, type ServedModel, type TokenUsage } from '../engine-api.js';
 import type { Answer, EvaluationRequest, Question, Warning } from '../protocol.js';
 import { validateImages } from './images.js';
 import { BOOLEAN_WORDS, planQuestion, prefixText, QUESTION_LEAD, type Detail } from './prompt.js';
-import { commonPrefix, distribution, needsTerminator, planBranches } from './score.js';
+import { distribution, needsTerminator, planBranches } from './score.js';
 
 /** What planning an evaluation needs of the engine port: its tokenizer, no model work. */
 export type PlanEngine = Pick<InferenceEngine, 'encode' | 'bosTokens'>;

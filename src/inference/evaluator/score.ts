@@ -53,16 +53,3 @@ export function distribution(paths: Array<Array<[number, number]>>, logprobs: Ar
   const sum = exps.reduce((a, b) => a + b, 0);
   return exps.map((e) => e / sum);
 }
-
-/** Longest common prefix length of token sequences. */
-export function commonPrefix(seqs: number[][]): number {
-  if (seqs.length === 0) return 0;
-  let n = Math.min(...seqs.map((s) => s.length));
-  const first = seqs[0]!;
-  for (const s of seqs) {
-    let i = 0;
-    while (i < n && s[i] === first[i]) i++;
-    n = i;
-  }
-  return n;
-}

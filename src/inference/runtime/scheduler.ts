@@ -322,7 +322,7 @@ export class Scheduler {
         children,
         logprobs: new Array(branches.length),
         left: branches.length,
-        processed: scoreTokens(prefixTokens.length, branches),
+        processed: scoreTokens(prefixTokens.length, branches, ownLead),
         resolve,
         reject,
         cancelled: false,
