@@ -28,9 +28,10 @@ const READY_AFTER_REQUESTS = 2;
 /**
  * `n` clients streaming 64-token chat completions back to back until stopped,
  * on their own thread (parsing their streams must not delay the latency
- * client's event loop); `stop` answers the completion tokens they received.
+ * client's event loop); `mark` starts the count, `stop` answers the completion tokens of the
+ * requests they finished since.
  */
-function generators(d: { inferenceUrl: string }, key: string, n: number, model: string): { ready: Promise<void>; stop: () => Promise<number> } {
+function generators(d: { inferenceUrl: string }, key: string, n: number, model: string): { ready: Promise<void>; mark: () => void; stop: () => Promise<number> } {
   const w = new Worker(new URL(import.meta.url), { workerData: { inferenceUrl: d.inferenceUrl, key, n, model } });
   let ready!: () => void;
   const isReady = new Promise<void>((r) => (ready = r));
@@ -41,13 +42,14 @@ function generators(d: { inferenceUrl: string }, key: string, n: number, model: 
     });
     w.once('error', reject);
   });
-  return { ready: isReady, stop: async () => (w.postMessage('stop'), done) };
+  return { ready: isReady, mark: () => w.postMessage('mark'), stop: async () => (w.postMessage('stop'), done) };
 }
 
 /** `n` streams generating; `ready` once every one has finished two requests (the clients started, the batch in its cycle). */
-function generateHere(d: { inferenceUrl: string }, key: string, n: number, model: string): { ready: Promise<void>; stop: () => Promise<number> } {
+function generateHere(d: { inferenceUrl: string }, key: string, n: number, model: string): { ready: Promise<void>; mark: () => void; stop: () => Promise<number> } {
   let stopping = false;
   let tokens = 0;
+  let marked = 0;
   let finishedTwo = 0;
   let ready!: () => void;
   const isReady = new Promise<void>((r) => (ready = r));
@@ -66,7 +68,7 @@ function generateHere(d: { inferenceUrl: string }, key: string, n: number, model
     }
   };
   const all = Promise.all(Array.from({ length: n }, one));
-  return { ready: isReady, stop: async () => ((stopping = true), await all, tokens) };
+  return { ready: isReady, mark: () => void (marked = tokens), stop: async () => ((stopping = true), await all, tokens - marked) };
 }
 
 async function busy(): Promise<void> {
@@ -103,6 +105,7 @@ async function busy(): Promise<void> {
       await new Promise((r) => setTimeout(r, 1000));
       const startMs = performance.now() - t00;
       const t0 = performance.now();
+      gen.mark(); // the rate below is over the measurement only, not the start before it
       // Rounds of the gateway then the bare server, so both meet the same minutes of the load; the
       // figure is the p99 of all the rounds' requests together, and each round's is shown too.
       const gws: Awaited<ReturnType<typeof latencyC1>>[] = [];
@@ -140,7 +143,10 @@ async function main() {
     const { inferenceUrl, key, n, model } = workerData as { inferenceUrl: string; key: string; n: number; model: string };
     const gen = generateHere({ inferenceUrl }, key, n, model);
     void gen.ready.then(() => parentPort!.postMessage({ ready: true }));
-    parentPort!.once('message', async () => parentPort!.postMessage({ tokens: await gen.stop() }));
+    parentPort!.on('message', async (m: 'mark' | 'stop') => {
+      if (m === 'mark') gen.mark();
+      else parentPort!.postMessage({ tokens: await gen.stop() });
+    });
     return;
   }
   if (generate > 0) return busy();
