@@ -1,5 +1,5 @@
 import v8 from 'node:v8';
-import { parentPort } from 'node:worker_threads';
+import { parentPort, receiveMessageOnPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
 import { endsGeneration, noPasses, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow } from './protocol.js';
 import { KvStore, type Kv } from './kv.js';
@@ -41,6 +41,12 @@ interface WorkerState extends LoadedModel {
   closeRequested: boolean;
   /** A decode run is in progress (joins run between its steps). */
   inRun: boolean;
+  /**
+   * Decode runs received and not yet begun (behind other work in the serial queue): a prompt
+   * arriving meanwhile joins the first of them, at its first step, instead of queueing behind it
+   * for all of its steps.
+   */
+  runsQueued: number;
   /** The run's tokens not yet posted: flushed before any other message leaves (token-posts.ts). */
   tokenPosts: TokenPosts | undefined;
   /** InitMsg.tokensPostIntervalMs. */
@@ -68,6 +74,7 @@ const w = {
   interruptRequested: false,
   closeRequested: false,
   inRun: false,
+  runsQueued: 0,
   tokenPosts: undefined,
   tokensPostIntervalMs: 0,
   joinedStepTokensMax: 0,
@@ -559,6 +566,7 @@ async function runJoinGroup(group: Array<Extract<WorkerCommand, { type: 'join' }
 async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<void> {
   w.interruptRequested = false;
   w.inRun = true;
+  w.runsQueued--;
   const alive = (seq: number) => cached(seq) && samplers.get(seq)?.ended === false;
   let live = seqs.filter(alive);
   const posts = (w.tokenPosts = new TokenPosts((steps) => port.postMessage({ type: 'tokens', id, steps } satisfies WorkerEvent), w.tokensPostIntervalMs));
@@ -577,6 +585,7 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
       });
       // A copy: a held step must not see the joins later pushed onto `live`.
       posts.add({ seqs: live.slice(), tokens, logprobs: logprobsOf(live), madeAt: sharedNow() }, urgent);
+      readCommandsNow();
       applyDeferredFrees();
       live = live.filter(alive);
     }
@@ -770,7 +779,21 @@ function endThread(code: number): never {
   process.exit(code);
 }
 
-port.on('message', async (msg: WorkerCommand) => {
+/**
+ * Handles the commands that came while a decode run's step ran, now, before its next step.
+ * Left to the event loop they would be read in its next poll, which comes just before
+ * onnxruntime's next run (each run is an immediate of its own): a prompt read then waited for
+ * that whole step before it joined, and an interrupt let one more step run. At 16 streams of
+ * m25 int4 a join's answer came ~1.5 steps after it was sent before this, ~0.5 after
+ * (bench/README.md "Commands read between two steps").
+ */
+function readCommandsNow(): void {
+  for (let m = receiveMessageOnPort(port); m; m = receiveMessageOnPort(port)) void onCommand(m.message as WorkerCommand);
+}
+
+port.on('message', onCommand);
+
+async function onCommand(msg: WorkerCommand): Promise<void> {
   switch (msg.type) {
     case 'init':
       try {
@@ -785,10 +808,11 @@ port.on('message', async (msg: WorkerCommand) => {
     case 'step':
       return serial(msg, async () => void (await replyStep(msg.id, msg.rows)));
     case 'join':
-      if (w.inRun) joins.push(msg);
+      if (w.inRun || w.runsQueued > 0) joins.push(msg);
       else serial(msg, async () => void (await replyStep(msg.id, msg.rows)));
       return;
     case 'decode':
+      w.runsQueued++;
       return serial(msg, async () => {
         await decodeRun(msg.id, msg.seqs, msg.stepsMax);
         port.postMessage({ type: 'decode-done', id: msg.id, kvBytes: kvBytes(), passes: w.passes } satisfies WorkerEvent);
@@ -819,4 +843,4 @@ port.on('message', async (msg: WorkerCommand) => {
     case 'exit':
       return endThread(msg.code);
   }
-});
+}

@@ -1,0 +1,79 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { generateModel } from '../convert/convert.js';
+import { Engine } from './engine.js';
+import type { SamplerSpec } from './protocol.js';
+import type { Runner } from './runner.js';
+
+// When a prompt that joins a decode run (worker.ts) gets its step, counted in the run's own
+// steps: the worker reads its commands between two steps, so a prompt sent while a step runs
+// is run before the next one, and one sent while a run waits to begin is run at its first.
+// The runner is driven directly, with sequence ids of the test's own.
+
+const MODEL = 'test/joins';
+/**
+ * 14M parameters of random weights (~1 s to write, 58 MB): a decode step of ~1 ms on one
+ * thread, long beside the worker's code between two steps, so a prompt sent at a random
+ * moment arrives while a step runs. The bundled test models' steps are a few tens of
+ * microseconds, about as long as that code.
+ */
+const SHAPE = { dim: 384, hiddenDim: 1024, nLayers: 8, nHeads: 6, nKvHeads: 6, vocabSize: 512, seqLen: 1024, seed: 1 };
+const modelsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-joins-'));
+let engine: Engine;
+let runner: Runner;
+const prompt = Array.from({ length: 12 }, (_, i) => 3 + i * 7);
+
+beforeAll(async () => {
+  generateModel(SHAPE, path.join(modelsDir, 'joins'), { id: MODEL, kind: 'chat' });
+  engine = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1 });
+  runner = (engine as unknown as { models: Map<string, { runners: Runner[] }> }).models.get(MODEL)!.runners[0]!;
+}, 60_000);
+afterAll(async () => {
+  await engine?.close();
+  fs.rmSync(modelsDir, { recursive: true, force: true });
+});
+
+/** Greedy, no end of text: a sequence goes on until its budget or an interrupt. */
+const sampler = (budget: number): SamplerSpec => ({ temperature: 0, topP: 1, seed: 1, budget, eos: [] });
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('prompts joining a decode run', () => {
+  it('runs a prompt sent while a step runs before the next step', async () => {
+    await runner.join([{ seq: 1, tokens: prompt, sampler: sampler(400) }]);
+    const madeAt: number[] = [];
+    const run = runner.decode([1], 400, (_seqs, _tokens, _lps, at) => madeAt.push(at));
+    while (madeAt.length < 4) await sleep(1);
+    // Each join's answer comes after the tokens of every step made before it (the worker posts them first).
+    const stepsBefore: number[] = [];
+    for (let k = 0; k < 8; k++) {
+      await sleep(1 + (k % 3));
+      const answered = runner.join([{ seq: 10 + k, tokens: prompt, sampler: sampler(400) }]);
+      const sentAt = performance.now(); // the join is posted by now (Runner.call posts before its first await); madeAt is on this clock
+      await answered;
+      stepsBefore.push(madeAt.filter((t) => t > sentAt).length);
+    }
+    runner.interrupt();
+    await run;
+    runner.free([1, ...Array.from({ length: 8 }, (_, k) => 10 + k)]);
+    // The step in flight when it was sent finishes first, and then the prompt runs. Read only
+    // when the loop next polled, just before the next step's run, it waited for that step too (2).
+    expect(Math.max(...stepsBefore), `steps made between each join's send and its answer: ${stepsBefore}`).toBeLessThanOrEqual(1);
+  }, 60_000);
+
+  it('runs a prompt sent while a decode run waits behind a step at that run\'s first step', async () => {
+    await runner.join([{ seq: 20, tokens: prompt, sampler: sampler(50) }]);
+    const long = Array.from({ length: 300 }, (_, i) => prompt[i % prompt.length]!);
+    let steps = 0;
+    // A long prompt step first, so the decode run and the join below wait behind it in the worker.
+    const before = runner.step([{ seq: 21, tokens: long }]);
+    const run = runner.decode([20], 50, () => steps++);
+    const joined = runner.join([{ seq: 22, tokens: prompt, sampler: sampler(50) }]).then(() => steps);
+    await before;
+    // Queued behind the run, it came after all 50 of its steps.
+    expect(await joined).toBe(0);
+    await run;
+    runner.free([20, 21, 22]);
+  }, 60_000);
+});
