@@ -399,12 +399,13 @@ describe('engine with a one-thread and a spinning session beside the every-core 
       const want = await Promise.all(many.map((p) => collect(greedy(p, 30, { adjust }))));
       const got = await Promise.all(many.map((p) => collect(both.generate(gen(), { promptTokens: p, maxTokens: 30, temperature: 0, topP: 1, stop: [], adjust }))));
       expect(got.map((g) => g.ids)).toEqual(want.map((g) => g.ids));
-      // Every session ran passes (four rows are few enough to spin), and the counter says so.
-      const passes = (await registries.inference.getSingleMetric('cloudgate_engine_forward_passes_total')!.get()).values.filter((v) => v.labels.model_name === gen());
-      const on = (threads: string) => passes.filter((v) => v.labels.threads === threads).reduce((n, v) => n + v.value, 0);
-      expect(on('one')).toBeGreaterThan(0);
-      expect(on('all')).toBeGreaterThan(0);
-      expect(on('all_spinning')).toBeGreaterThan(0);
+      // Every session ran passes (four rows are few enough to spin), and the counter says so. A
+      // decode run's passes are counted when it ends, just after its sequences' last tokens.
+      const on = async (threads: string) =>
+        (await registries.inference.getSingleMetric('cloudgate_engine_forward_passes_total')!.get()).values
+          .filter((v) => v.labels.model_name === gen() && v.labels.threads === threads)
+          .reduce((n, v) => n + v.value, 0);
+      for (const threads of ['one', 'all', 'all_spinning']) await expect.poll(() => on(threads), { timeout: 5_000 }).toBeGreaterThan(0);
     } finally {
       await both.close();
     }

@@ -24,10 +24,14 @@ export interface EngineOptions {
    */
   prefillTokensPerIdleStepMax: number;
   /**
-   * Decode steps the worker runs on its own before the scheduler looks again.
-   * It bounds how far the worker runs ahead of the main thread (a paused
-   * reader's unread tokens, the tokens made after a stop string); 16 costs one
-   * round trip per 16 steps, a few percent at batch 16.
+   * Decode steps the worker runs on its own before the scheduler looks again. Whatever
+   * should change the batch sooner ends a run after its current step anyway (an arrival
+   * that cannot join, a cancellation, a reader falling behind: Scheduler.kick), and
+   * prompts join a run without ending it, so the bound is only what a run costs when
+   * nothing happens: one round trip between the threads, during which the model idles
+   * (0.4-1 ms, up to 8 when the main thread is busy). 64 makes a 64-token request one
+   * run: at one stream of m25 int4 1.079 and 1.147 of 16's tokens/s (7 of 8 pairs each),
+   * at 16 streams 1.036 (bench/README.md "Commands read between two steps").
    */
   decodeRunStepsMax: number;
   /** Generated tokens a stream may hold unread before its sequence pauses (a reader that stopped reading costs no memory growth). */
@@ -41,7 +45,7 @@ export const defaultEngineOptions: EngineOptions = {
   prefillTokensPerStepMax: 512,
   prefillTokensPerIdleStepMax: 1024,
   pendingTokensMax: 256,
-  decodeRunStepsMax: 16,
+  decodeRunStepsMax: 64,
 };
 
 /**
