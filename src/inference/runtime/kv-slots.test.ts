@@ -191,6 +191,35 @@ describe('slot-cache graph and KvSlots', () => {
     expect(caps).toEqual([64, 80, 96, 96, 112, 128, 272, 352, 1104]);
   });
 
+  it('grows no further than its live sequences can reach (rounded up to 8 positions), and as a fresh cache would where one has no bound', () => {
+    const left = new Map<number, number>();
+    const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 2000, emptyCacheFeeds: true, positionsLeft: (seq) => left.get(seq) });
+    const caps = new Set<number>();
+    const add = (seq: number, n: number) => {
+      sl.reserve(sl.len(seq) + n);
+      const blk = [new Float32Array(n * 4)];
+      sl.write(sl.arrange([seq]).first, [n], n, blk, blk);
+      caps.add(sl.cap);
+    };
+    sl.open(1);
+    add(1, 20); // a 20-token prompt: no bound yet
+    // Its generation of 64 tokens: 63 of them fed back, so it reaches 83 positions.
+    for (left.set(1, 63); left.get(1)! > 0; left.set(1, left.get(1)! - 1)) add(1, 1);
+    expect(sl.len(1)).toBe(83);
+    // 64, then 80 (under its reach), then 88 where a fresh cache would take 96.
+    expect([...caps]).toEqual([64, 80, 88]);
+    // A sequence without a bound grows it as before: 90 positions take 96.
+    sl.open(2);
+    add(2, 90);
+    expect(sl.cap).toBe(96);
+    // Nor does a bound past the next capacity hold it back: 97 positions take 112.
+    left.set(2, 0);
+    left.set(3, 200);
+    sl.open(3);
+    add(3, 97);
+    expect(sl.cap).toBe(112);
+  });
+
   it('refuses to grow a sequence past the model\'s positions', () => {
     const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 100, emptyCacheFeeds: true });
     sl.open(1);

@@ -18,6 +18,12 @@ export interface SlotLayout {
    * hidden by cache_bias, instead.
    */
   emptyCacheFeeds: boolean;
+  /**
+   * Positions a sequence may still add at most (a generation's tokens left to feed back, from
+   * its max_tokens); undefined: any, up to positionsMax. A cache grows no further than its live
+   * sequences can reach (KvSlots.grownCapacity).
+   */
+  positionsLeft?: (seq: number) => number | undefined;
 }
 
 /** Capacity a fresh cache starts with; it grows as the longest sequence needs, up to the layout's positionsMax. */
@@ -37,6 +43,13 @@ const SLOT_CAPACITY_FINE_GROWTH = 1.125;
 const SLOT_CAPACITY_GROWTH = 1.25;
 const SLOT_CAPACITY_FINE_GROWTH_BELOW_POSITIONS = 256;
 const SLOT_CAPACITY_ALIGN_POSITIONS = 16;
+/**
+ * A capacity bounded by what the live sequences can reach is rounded up to this many positions,
+ * so that sequences whose reaches differ by a few positions (prompts a token or two apart, the
+ * same max_tokens) share one capacity instead of growing the cache, which copies every live
+ * position, once each.
+ */
+const SLOT_CAPACITY_REACH_ALIGN_POSITIONS = 8;
 /** Slots a fresh cache starts with; doubled when more sequences are live. */
 const SLOTS_MIN = 4;
 /**
@@ -189,7 +202,35 @@ export class KvSlots {
       }
     }
     if (positions <= this.cap) return;
-    this.resize(this.slotsCap, this.capacityFor(positions, Math.max(this.cap, SLOT_CAPACITY_MIN_POSITIONS)));
+    this.resize(this.slotsCap, this.grownCapacity(positions));
+  }
+
+  /**
+   * The capacity a step that needs `positions` grows the cache to: the next of the capacities a
+   * fresh cache grows through (SLOT_CAPACITY_FINE_GROWTH), but no further than the live sequences
+   * can reach (SlotLayout.positionsLeft). Every row's attention reads the whole capacity: 16
+   * streams of 64 tokens after a ~20-token prompt reach 84-89 positions, where the next capacity
+   * is 96, and a decode step of m25 int4 read 96 where it needed 88 (16 streams 1.085x at a
+   * capacity of 90 in a trial build; bench/README.md "Commands read between two steps").
+   */
+  private grownCapacity(positions: number): number {
+    const next = this.capacityFor(positions, SLOT_CAPACITY_MIN_POSITIONS);
+    const reach = this.furthest();
+    if (reach === undefined || reach >= next) return next;
+    return Math.max(positions, Math.min(next, Math.ceil(reach / SLOT_CAPACITY_REACH_ALIGN_POSITIONS) * SLOT_CAPACITY_REACH_ALIGN_POSITIONS));
+  }
+
+  /** The most positions a live sequence can reach (SlotLayout.positionsLeft); undefined where one has no bound. */
+  private furthest(): number | undefined {
+    const left = this.layout.positionsLeft;
+    if (!left) return undefined;
+    let n = 0;
+    for (let slot = 0; slot < this.seqAt.length; slot++) {
+      const more = left(this.seqAt[slot]!);
+      if (more === undefined) return undefined;
+      n = Math.max(n, this.lenAt[slot]! + more);
+    }
+    return n;
   }
 
   private capacityFor(positions: number, from: number): number {

@@ -96,7 +96,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   w.store = new KvStore(w.arch);
   // A second run per step costs another pass over the weights on the CPU; on a GPU, another step's launches.
   const onCpu = w.arch.provider === 'cpu';
-  if (w.slotCache) w.slots = new KvPools({ ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: onCpu }, msg.modelBytes, msg.kvSplit && onCpu);
+  if (w.slotCache) w.slots = new KvPools({ ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: onCpu, positionsLeft }, msg.modelBytes, msg.kvSplit && onCpu);
 }
 
 /** The sessions a branch step may run on: its graph as converted, and with its products as int8 ones for many tokens. */
@@ -447,6 +447,16 @@ function draw(sm: Sampling, logits: Float32Array, row: number, V: number): numbe
   sm.made++;
   sm.ended = endsGeneration(tok, sm.made, sm.budget, sm.eos);
   return tok;
+}
+
+/**
+ * Positions a sequence may still add to its cache: a generation feeds back each token it makes
+ * but its last, so from any point it reaches its length + budget - made. A sequence without a
+ * sampler (a prompt not yet whole) has no bound.
+ */
+function positionsLeft(seq: number): number | undefined {
+  const sm = samplers.get(seq);
+  return sm ? sm.budget - sm.made : undefined;
 }
 
 function startSampler(seq: number, spec: SamplerSpec): Sampling {
