@@ -597,6 +597,11 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
       posts.add({ seqs: live.slice(), tokens, logprobs: logprobsOf(live), madeAt: sharedNow() }, urgent);
       readCommandsNow();
       applyDeferredFrees();
+      // A slot of a generation that ended here (end of text, max_tokens) is freed now, not when
+      // the scheduler's free comes after the run: left in place it broke the run of consecutive
+      // slots the next step's rows are fed from, and a swap moved it out of their way, copying
+      // its keys and values three times.
+      if (w.slots) freeEnded(live);
       live = live.filter(alive);
     }
     // Joins that came with the last step still get their answer; they decode in the next run.
@@ -623,6 +628,12 @@ function fork(from: number, to: number[]): void {
   const src = w.store.get(from);
   if (!src) throw new Error(`fork: sequence ${from} has no cache`);
   w.store.fork(src, to);
+}
+
+/** Frees the slots of those of `seqs` whose generation has ended (the scheduler's later free of them finds nothing). */
+function freeEnded(seqs: number[]): void {
+  const ended = seqs.filter((seq) => samplers.get(seq)?.ended);
+  if (ended.length) free(ended);
 }
 
 function free(seqs: number[]): void {

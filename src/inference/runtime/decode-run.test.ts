@@ -7,12 +7,13 @@ import { Engine } from './engine.js';
 import type { SamplerSpec } from './protocol.js';
 import type { Runner } from './runner.js';
 
-// When a prompt that joins a decode run (worker.ts) gets its step, counted in the run's own
-// steps: the worker reads its commands between two steps, so a prompt sent while a step runs
-// is run before the next one, and one sent while a run waits to begin is run at its first.
-// The runner is driven directly, with sequence ids of the test's own.
+// A decode run (worker.ts) seen from the runner, driven directly with sequence ids of the
+// test's own. When a prompt that joins it gets its step, counted in the run's own steps: the
+// worker reads its commands between two steps, so a prompt sent while a step runs is run before
+// the next one, and one sent while a run waits to begin is run at its first. And a generation
+// that ends inside a run gives its slot back at once.
 
-const MODEL = 'test/joins';
+const MODEL = 'test/decode-run';
 /**
  * 14M parameters of random weights (~1 s to write, 58 MB): a decode step of ~1 ms on one
  * thread, long beside the worker's code between two steps, so a prompt sent at a random
@@ -20,13 +21,13 @@ const MODEL = 'test/joins';
  * microseconds, about as long as that code.
  */
 const SHAPE = { dim: 384, hiddenDim: 1024, nLayers: 8, nHeads: 6, nKvHeads: 6, vocabSize: 512, seqLen: 1024, seed: 1 };
-const modelsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-joins-'));
+const modelsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-decode-run-'));
 let engine: Engine;
 let runner: Runner;
 const prompt = Array.from({ length: 12 }, (_, i) => 3 + i * 7);
 
 beforeAll(async () => {
-  generateModel(SHAPE, path.join(modelsDir, 'joins'), { id: MODEL, kind: 'chat' });
+  generateModel(SHAPE, path.join(modelsDir, 'decode-run'), { id: MODEL, kind: 'chat' });
   engine = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1 });
   runner = (engine as unknown as { models: Map<string, { runners: Runner[] }> }).models.get(MODEL)!.runners[0]!;
 }, 60_000);
@@ -39,7 +40,7 @@ afterAll(async () => {
 const sampler = (budget: number): SamplerSpec => ({ temperature: 0, topP: 1, seed: 1, budget, eos: [] });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-describe('prompts joining a decode run', () => {
+describe('a decode run', () => {
   it('runs a prompt sent while a step runs before the next step', async () => {
     await runner.join([{ seq: 1, tokens: prompt, sampler: sampler(400) }]);
     const madeAt: number[] = [];
@@ -75,5 +76,25 @@ describe('prompts joining a decode run', () => {
     expect(await joined).toBe(0);
     await run;
     runner.free([20, 21, 22]);
+  }, 60_000);
+
+  it('frees the slot of a generation that ends inside a run at once, not when the scheduler frees it after the run', async () => {
+    await runner.join([{ seq: 30, tokens: prompt, sampler: sampler(3) }, { seq: 31, tokens: prompt, sampler: sampler(40) }]);
+    // The sequences each worker holds, as it publishes them to the others (peers.ts).
+    const share = (runner as unknown as { init: { peers: { live: Int32Array; index: number } } }).init.peers;
+    const made = new Map<number, number>();
+    const liveAfterEnd: number[] = [];
+    await runner.decode([30, 31], 64, (seqs) => {
+      for (const seq of seqs) made.set(seq, (made.get(seq) ?? 0) + 1);
+      // Sequence 30 made its last token (its third, the first came with the prompt) a few steps ago.
+      if ((made.get(31) ?? 0) > 5) liveAfterEnd.push(Atomics.load(share.live, share.index));
+    });
+    expect(made.get(30)).toBe(2);
+    expect(liveAfterEnd.length).toBeGreaterThan(0);
+    // One held while sequence 31 goes on (none once it ends too): 30's slot went when it ended.
+    expect(Math.max(...liveAfterEnd)).toBe(1);
+    runner.free([30, 31]); // finds sequence 30 gone already: no error
+    await runner.join([{ seq: 32, tokens: prompt, sampler: sampler(2) }]); // the worker goes on
+    runner.free([32]);
   }, 60_000);
 });
