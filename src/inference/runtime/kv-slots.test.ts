@@ -220,6 +220,30 @@ describe('slot-cache graph and KvSlots', () => {
     expect(sl.cap).toBe(112);
   });
 
+  it('grows under its generations\' reach once between two fresh capacities, then on to the next one', () => {
+    const left = new Map<number, number>();
+    const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 2000, emptyCacheFeeds: true, positionsLeft: (seq) => left.get(seq) });
+    const add = (seq: number, n: number) => {
+      sl.reserve(sl.len(seq) + n);
+      const blk = [new Float32Array(n * 4)];
+      sl.write(sl.arrange([seq]).first, [n], n, blk, blk);
+    };
+    sl.open(1);
+    add(1, 272);
+    expect(sl.cap).toBe(272);
+    // A generation reaching 290 takes the cache to 296, where the next fresh capacity is 352.
+    left.set(1, 18);
+    add(1, 1);
+    expect(sl.cap).toBe(296);
+    // Another reaching 310 passes 296: on to 352, not to 312 (and another regrowth at each reach after it).
+    left.set(2, 310 - 296);
+    sl.open(2);
+    add(2, 296);
+    expect(sl.cap).toBe(296);
+    add(2, 1);
+    expect(sl.cap).toBe(352);
+  });
+
   it('refuses to grow a sequence past the model\'s positions', () => {
     const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 100, emptyCacheFeeds: true });
     sl.open(1);

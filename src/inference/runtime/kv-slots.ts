@@ -215,7 +215,11 @@ export class KvSlots {
    */
   private grownCapacity(positions: number): number {
     const next = this.capacityFor(positions, SLOT_CAPACITY_MIN_POSITIONS);
-    const reach = this.furthest();
+    // One bounded growth between two of the fresh capacities: a cache already held below one by
+    // its generations' reach goes on to it, so that generations reaching ever further (mixed
+    // max_tokens) do not regrow it, copying every live position, each time one passes the last.
+    const bounded = this.cap !== this.capacityFor(this.cap, SLOT_CAPACITY_MIN_POSITIONS);
+    const reach = bounded ? undefined : this.furthest();
     if (reach === undefined || reach >= next) return next;
     return Math.max(positions, Math.min(next, Math.ceil(reach / SLOT_CAPACITY_REACH_ALIGN_POSITIONS) * SLOT_CAPACITY_REACH_ALIGN_POSITIONS));
   }
