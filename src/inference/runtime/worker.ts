@@ -96,7 +96,10 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   w.store = new KvStore(w.arch);
   // A second run per step costs another pass over the weights on the CPU; on a GPU, another step's launches.
   const onCpu = w.arch.provider === 'cpu';
-  if (w.slotCache) w.slots = new KvPools({ ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: onCpu, positionsLeft }, msg.modelBytes, msg.kvSplit && onCpu);
+  // Capacities bounded by the generations' reach (kv-slots.ts grownCapacity) are measured on the
+  // CPU only: on a GPU each new cache shape may cost its kernels' compilation, and none was lent to measure it.
+  const slotLayout = { ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: onCpu, ...(onCpu ? { positionsLeft } : {}) };
+  if (w.slotCache) w.slots = new KvPools(slotLayout, msg.modelBytes, msg.kvSplit && onCpu);
 }
 
 /** The sessions a branch step may run on: its graph as converted, and with its products as int8 ones for many tokens. */
