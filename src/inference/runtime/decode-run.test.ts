@@ -78,6 +78,18 @@ describe('a decode run', () => {
     runner.free([20, 21, 22]);
   }, 60_000);
 
+  it('ends a run interrupted while it waited behind other work after its first step', async () => {
+    await runner.join([{ seq: 40, tokens: prompt, sampler: sampler(50) }]);
+    const long = Array.from({ length: 300 }, (_, i) => prompt[i % prompt.length]!);
+    let steps = 0;
+    const before = runner.step([{ seq: 41, tokens: long }]); // the run waits behind this step
+    const run = runner.decode([40], 50, (seqs) => void (steps += seqs.length));
+    runner.interrupt(); // before the run began: once reset when it did, and the run went on to its 50 steps
+    await Promise.all([before, run]);
+    expect(steps).toBe(1);
+    runner.free([40, 41]);
+  }, 60_000);
+
   it('frees the slot of a generation that ends inside a run at once, not when the scheduler frees it after the run', async () => {
     await runner.join([{ seq: 30, tokens: prompt, sampler: sampler(3) }, { seq: 31, tokens: prompt, sampler: sampler(40) }]);
     // The sequences each worker holds, as it publishes them to the others (peers.ts).

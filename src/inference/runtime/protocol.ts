@@ -112,8 +112,12 @@ export type WorkerCommand =
   | { type: 'decode'; id: number; seqs: number[]; stepsMax: number }
   /** A prompt step, run inside the decode run in flight (its generations join it) or, if none, as a step; answered like a step. */
   | { type: 'join'; id: number; rows: StepRow[] }
-  /** Ends the running decode after its current step. */
-  | { type: 'interrupt' }
+  /**
+   * Ends decode run `id` after its current step, whether it runs already or still waits behind
+   * other work (an interrupt that came before its run began was once lost there); one for a run
+   * that has ended is ignored.
+   */
+  | { type: 'interrupt'; id: number }
   | { type: 'fork'; id: number; from: number; to: number[] }
   | { type: 'free'; seqs: number[] }
   /** Waits for the work before it (a decode run stops after its current step), releases the sessions and ends the worker thread (worker.ts endThread). */

@@ -205,14 +205,19 @@ export class Runner {
   async decode(seqs: number[], stepsMax: number, onTokens: OnTokens): Promise<void> {
     const id = this.nextId++;
     this.onTokens.set(id, onTokens);
+    this.decoding = id;
     try {
       const r = (await this.call({ type: 'decode', id, seqs, stepsMax })) as Extract<WorkerEvent, { type: 'decode-done' }>;
       this.kvBytes = r.kvBytes;
       this.countPasses(r.passes);
     } finally {
       this.onTokens.delete(id);
+      if (this.decoding === id) this.decoding = undefined;
     }
   }
+
+  /** The decode run sent last and not yet answered: what interrupt() ends. */
+  private decoding: number | undefined;
 
   /** The worker's pass counts since it started, as seen last: the counter takes the difference. */
   private passesSeen: ModelPasses = noPasses();
@@ -226,9 +231,9 @@ export class Runner {
     this.passesSeen = { ...p };
   }
 
-  /** Ends the running decode after its current step. */
+  /** Ends the decode run in flight after its current step (none in flight: nothing to end). */
   interrupt(): void {
-    if (!this.closing) this.worker?.postMessage({ type: 'interrupt' } satisfies WorkerCommand);
+    if (!this.closing && this.decoding !== undefined) this.worker?.postMessage({ type: 'interrupt', id: this.decoding } satisfies WorkerCommand);
   }
 
   async fork(from: number, to: number[]): Promise<void> {

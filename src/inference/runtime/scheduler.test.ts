@@ -5,7 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { ensureDefaultModels } from '../convert/default-models.js';
 import { defaultEngineOptions } from './options.js';
 import type { StepRow } from './protocol.js';
-import type { Runner } from './runner.js';
+import type { OnTokens, Runner } from './runner.js';
 import { Scheduler } from './scheduler.js';
 import { ModelText } from './text.js';
 
@@ -84,5 +84,53 @@ describe('scheduler', () => {
     await Promise.all(firsts);
     expect(steps.map((rows) => rows.map((r) => r.tokens.length).join(','))).toEqual(['3', '2,4']);
     for (const g of [lone, ...two]) await g.return(undefined);
+  });
+
+  it('ends a decode run planned without a prompt whose join came back only after the run it was sent to had ended, so the next run takes it', async () => {
+    ensureDefaultModels({ modelsDir, sharedModelsDir: path.join(modelsDir, 'none') });
+    const text = new ModelText(path.join(modelsDir, 'random-llama'));
+    // Runs and joins end when the test says (a run after one step of the sequences it was sent); every token is 5 (not the end of text).
+    const runs: Array<{ seqs: number[]; end: () => void }> = [];
+    const joins: Array<() => void> = [];
+    let interrupts = 0;
+    const answer = (rows: StepRow[]) => ({ logits: new Float32Array(rows.length * V), tokens: Int32Array.from(rows, () => 5) });
+    const runner = {
+      arch: { vocab: V },
+      alive: true,
+      labels: { model: 'm', replica: 0 },
+      kvBytes: 0,
+      step: async (rows: StepRow[]) => answer(rows),
+      join: (rows: StepRow[]) => new Promise((ok) => joins.push(() => ok(answer(rows)))),
+      decode: (seqs: number[], _stepsMax: number, onTokens: OnTokens) =>
+        new Promise<void>((done) => runs.push({ seqs, end: () => (onTokens(seqs, Int32Array.from(seqs, () => 5), undefined, performance.now()), done()) })),
+      interrupt: () => void interrupts++,
+      async fork() {},
+      free() {},
+    } as unknown as Runner;
+    const s = new Scheduler('m', runner, text, defaultEngineOptions, 512);
+    const tick = async (until: () => boolean) => {
+      while (!until()) await new Promise((r) => setImmediate(r));
+    };
+    const req = (promptTokens: number[]) => s.generate({ promptTokens, maxTokens: 40, temperature: 0, topP: 1, stop: [] });
+    const a = req([1, 10, 11]);
+    const aFirst = a.next();
+    await tick(() => runs.length === 1); // its prompt stepped, its decode run in flight
+    const b = req([1, 12, 13]);
+    const bFirst = b.next();
+    await tick(() => joins.length === 1); // sent to join run 1
+    runs[0]!.end(); // run 1 ends in the worker before b's prompt came: b runs there alone
+    await tick(() => runs.length === 2);
+    expect(runs[1]!.seqs).toHaveLength(1); // run 2 planned without b, whose first token is not back
+    expect(interrupts).toBe(0);
+    joins[0]!();
+    await Promise.all([aFirst, bFirst]);
+    // b's answer came in run 2, which it is not in: run 2 ends after its step, and run 3 takes b.
+    expect(interrupts).toBe(1);
+    runs[1]!.end();
+    await tick(() => runs.length === 3);
+    expect(runs[2]!.seqs).toHaveLength(2);
+    await a.return(undefined);
+    await b.return(undefined);
+    runs[2]!.end();
   });
 });

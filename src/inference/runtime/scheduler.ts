@@ -50,6 +50,8 @@ interface Seq {
   cancelled: boolean;
   /** Its prompt was sent to join the decode run in flight; the answer is on its way. */
   joining?: boolean;
+  /** The decode run (Scheduler.runId) its prompt was sent to join. */
+  joinedRun?: number;
 }
 
 export class Scheduler {
@@ -59,6 +61,8 @@ export class Scheduler {
   /** Prefixes not yet prefilled, by scope and the request's prefix: a score job with the same one may join it. */
   private readonly prefixes = new Map<string, Seq>();
   private running = false;
+  /** The decode run in flight, or the last one: a number each. */
+  private runId = 0;
   private lastWasDecode = false;
   private lastPrefillWasBranches = false;
   /** While a decode run is in flight: ends it after the worker's current step. */
@@ -222,6 +226,10 @@ export class Scheduler {
           }
         });
         if (!this.running) this.kick();
+        // Sent to join a run that had ended in the worker before the prompt came, it ran there on its
+        // own, and the run in flight now was planned without it: that run ends after its step, and
+        // the next one takes it, instead of it idling for up to all of its steps (decodeRunStepsMax).
+        else if (seqs.some((s) => !s.cancelled && s.joinedRun !== this.runId)) this.replan?.();
       })
       .catch((e) => {
         for (const seq of seqs) {
@@ -572,11 +580,13 @@ export class Scheduler {
     };
     const dropped = new Set<number>();
     let steps = 0;
+    const runId = ++this.runId;
     this.replan = interrupt;
     this.joinRun = (seq) =>
       this.join(seq, (s) => {
         rows.push(s);
         byId.set(s.id, s);
+        s.joinedRun = runId;
       });
     try {
       const run = this.runner.decode(rows.map((s) => s.id), this.opts.decodeRunStepsMax, (seqs, tokens, logprobs, madeAt) => {

@@ -35,8 +35,8 @@ interface WorkerState extends LoadedModel {
   slots: KvPools | undefined;
   batch: BatchState | undefined;
   tokenTexts: Array<string | null>;
-  /** The main thread asked the decode run to stop after its current step. */
-  interruptRequested: boolean;
+  /** The last decode run (its message id) the main thread asked to stop after its current step; -1: none. */
+  interruptedRun: number;
   /** A close arrived: any decode run, in flight or queued before it, stops after its current step. */
   closeRequested: boolean;
   /** A decode run is in progress (joins run between its steps). */
@@ -71,7 +71,7 @@ const w = {
   slots: undefined,
   batch: undefined,
   tokenTexts: [],
-  interruptRequested: false,
+  interruptedRun: -1,
   closeRequested: false,
   inRun: false,
   runsQueued: 0,
@@ -577,14 +577,14 @@ async function runJoinGroup(group: Array<Extract<WorkerCommand, { type: 'join' }
 
 /** Decodes `seqs` until each has ended or been freed, the main thread interrupts, or `stepsMax` steps ran; posts each step's tokens. */
 async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<void> {
-  w.interruptRequested = false;
   w.inRun = true;
   w.runsQueued--;
   const alive = (seq: number) => cached(seq) && samplers.get(seq)?.ended === false;
   let live = seqs.filter(alive);
   const posts = (w.tokenPosts = new TokenPosts((steps) => port.postMessage({ type: 'tokens', id, steps } satisfies WorkerEvent), w.tokensPostIntervalMs));
   try {
-    for (let steps = 0; !w.interruptRequested && !w.closeRequested && steps < stepsMax; steps++) {
+    // An interrupt ends the run after its current step: one that came before the run began, after its first.
+    for (let steps = 0; (steps === 0 || w.interruptedRun !== id) && !w.closeRequested && steps < stepsMax; steps++) {
       if (joins.length) for (const seq of await runJoins()) if (alive(seq) && !live.includes(seq)) live.push(seq);
       if (!live.length) break;
       const logits = await step(live.map((seq) => ({ seq, tokens: [samplers.get(seq)!.next] })));
@@ -842,7 +842,7 @@ async function onCommand(msg: WorkerCommand): Promise<void> {
         port.postMessage({ type: 'decode-done', id: msg.id, kvBytes: kvBytes(), passes: w.passes } satisfies WorkerEvent);
       });
     case 'interrupt':
-      w.interruptRequested = true;
+      w.interruptedRun = msg.id;
       return;
     case 'fork':
       return serial(msg, async () => {
