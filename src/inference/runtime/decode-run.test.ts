@@ -25,6 +25,8 @@ const modelsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-decode-run-')
 let engine: Engine;
 let runner: Runner;
 const prompt = Array.from({ length: 12 }, (_, i) => 3 + i * 7);
+/** A prompt step long beside the messages sent after it, which wait behind it in the worker. */
+const longPrompt = Array.from({ length: 300 }, (_, i) => prompt[i % prompt.length]!);
 
 beforeAll(async () => {
   generateModel(SHAPE, path.join(modelsDir, 'decode-run'), { id: MODEL, kind: 'chat' });
@@ -65,10 +67,9 @@ describe('a decode run', () => {
 
   it('runs a prompt sent while a decode run waits behind a step at that run\'s first step', async () => {
     await runner.join([{ seq: 20, tokens: prompt, sampler: sampler(50) }]);
-    const long = Array.from({ length: 300 }, (_, i) => prompt[i % prompt.length]!);
     let steps = 0;
     // A long prompt step first, so the decode run and the join below wait behind it in the worker.
-    const before = runner.step([{ seq: 21, tokens: long }]);
+    const before = runner.step([{ seq: 21, tokens: longPrompt }]);
     const run = runner.decode([20], 50, () => steps++);
     const joined = runner.join([{ seq: 22, tokens: prompt, sampler: sampler(50) }]).then(() => steps);
     await before;
@@ -80,9 +81,8 @@ describe('a decode run', () => {
 
   it('ends a run interrupted while it waited behind other work after its first step', async () => {
     await runner.join([{ seq: 40, tokens: prompt, sampler: sampler(50) }]);
-    const long = Array.from({ length: 300 }, (_, i) => prompt[i % prompt.length]!);
     let steps = 0;
-    const before = runner.step([{ seq: 41, tokens: long }]); // the run waits behind this step
+    const before = runner.step([{ seq: 41, tokens: longPrompt }]); // the run waits behind this step
     const run = runner.decode([40], 50, (seqs) => void (steps += seqs.length));
     runner.interrupt(); // before the run began: once reset when it did, and the run went on to its 50 steps
     await Promise.all([before, run]);

@@ -54,6 +54,8 @@ export class Runner {
   private readonly restarts: number[] = [];
   private closing = false;
   private stopped: Promise<void> | undefined;
+  /** The decode run sent last and not yet answered: what interrupt() ends. */
+  private decoding: number | undefined;
 
   /** Its metrics' labels: a model's replicas (replicas.ts) fold into one series (metrics.ts). */
   readonly labels: { model: string; replica: number };
@@ -216,8 +218,6 @@ export class Runner {
     }
   }
 
-  /** The decode run sent last and not yet answered: what interrupt() ends. */
-  private decoding: number | undefined;
 
   /** The worker's pass counts since it started, as seen last: the counter takes the difference. */
   private passesSeen: ModelPasses = noPasses();
@@ -256,7 +256,9 @@ export class Runner {
       await this.restarting;
       const w = this.worker;
       if (!w) return;
-      await ended(w, { type: 'close', id: this.nextId++ });
+      const exited = new Promise<void>((r) => w.once('exit', () => r()));
+      w.postMessage({ type: 'close', id: this.nextId++ } satisfies WorkerCommand);
+      await exited;
       this.worker = undefined;
       for (const p of this.pending.values()) p.fail(this.closed());
       this.pending.clear();
@@ -272,13 +274,6 @@ export class Runner {
   crashForTest(): void {
     this.worker?.postMessage({ type: 'exit', code: 1 } satisfies WorkerCommand);
   }
-}
-
-/** Sends the worker the message that ends it and resolves once its thread has ended. */
-function ended(w: Worker, msg: WorkerCommand): Promise<void> {
-  const exited = new Promise<void>((r) => w.once('exit', () => r()));
-  w.postMessage(msg);
-  return exited;
 }
 
 /** A worker script of this folder, compiled: beside this file under dist/, or in dist/ when run from source (vitest). */
