@@ -1,9 +1,10 @@
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { embeddedPostgresPids, fundedKey, spawnDaemon, startDaemon, stopDaemon, repoRoot, type Spawned, type Started } from '../daemon.js';
+import { generateModel } from '../../src/inference/convert/convert.js';
+import { SLOW_STEP_TEST_SHAPE } from '../../src/inference/convert/generate.js';
+import { embeddedPostgresPids, fundedKey, spawnDaemon, startDaemon, stopDaemon, type Spawned, type Started } from '../daemon.js';
 
 // A second signal exits at once, with code 1. The model workers were mid-step then, or creating
 // their sessions while the daemon started, and the exit used to cut them inside an onnxruntime
@@ -17,8 +18,6 @@ const CHAT = 'cloudgate/random-llama-chat';
 // run at a time: the workers spend most of their time inside onnxruntime's runs.
 const LONG = { model: CHAT, messages: [{ role: 'user', content: 'the cat sat on the mat and '.repeat(3) }], max_tokens: 300, temperature: 0, logit_bias: { '2': -100 }, stream: true };
 const STREAMS = 48;
-/** 14.5M parameters of random weights: generated in ~2 s, 58 MB. */
-const SLOW_LOAD_SHAPE = ['--dim', '384', '--hidden', '1024', '--layers', '8', '--heads', '6', '--kv-heads', '6', '--vocab', '512', '--seq-len', '1024', '--seed', '1'];
 
 let d: Started;
 let key: string;
@@ -63,7 +62,7 @@ describe('a second signal', () => {
     // that the signals land inside it. The code before died by SIGABRT in 5 of 5 runs of this
     // test, and in 0 of 8 with the test models instead (~250 ms of loading, in short calls).
     const models = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-slow-load-'));
-    execFileSync(process.execPath, [path.join(repoRoot, 'dist/src/inference/convert/cli.js'), 'generate', path.join(models, 'slow'), ...SLOW_LOAD_SHAPE, '--kind', 'chat', '--id', 'test/slow-load', '--weights', 'f32']);
+    generateModel(SLOW_STEP_TEST_SHAPE, path.join(models, 'slow'), { id: 'test/slow-load', kind: 'chat' });
     const s: Spawned = spawnDaemon({ MODELS_DIR: models });
     try {
       const deadline = Date.now() + 60_000;

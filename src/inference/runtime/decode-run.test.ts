@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateModel } from '../convert/convert.js';
+import { SLOW_STEP_TEST_SHAPE } from '../convert/generate.js';
 import { Engine } from './engine.js';
 import type { SamplerSpec } from './protocol.js';
 import type { Runner } from './runner.js';
@@ -14,13 +15,6 @@ import type { Runner } from './runner.js';
 // that ends inside a run gives its slot back at once.
 
 const MODEL = 'test/decode-run';
-/**
- * 14M parameters of random weights (~1 s to write, 58 MB): a decode step of ~1 ms on one
- * thread, long beside the worker's code between two steps, so a prompt sent at a random
- * moment arrives while a step runs. The bundled test models' steps are a few tens of
- * microseconds, about as long as that code.
- */
-const SHAPE = { dim: 384, hiddenDim: 1024, nLayers: 8, nHeads: 6, nKvHeads: 6, vocabSize: 512, seqLen: 1024, seed: 1 };
 const modelsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-decode-run-'));
 let engine: Engine;
 let runner: Runner;
@@ -29,7 +23,9 @@ const prompt = Array.from({ length: 12 }, (_, i) => 3 + i * 7);
 const longPrompt = Array.from({ length: 300 }, (_, i) => prompt[i % prompt.length]!);
 
 beforeAll(async () => {
-  generateModel(SHAPE, path.join(modelsDir, 'decode-run'), { id: MODEL, kind: 'chat' });
+  // Its ~1 ms steps are long beside the worker's code between two steps, so a prompt sent at a
+  // random moment arrives while a step runs.
+  generateModel(SLOW_STEP_TEST_SHAPE, path.join(modelsDir, 'decode-run'), { id: MODEL, kind: 'chat' });
   engine = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1 });
   runner = (engine as unknown as { models: Map<string, { runners: Runner[] }> }).models.get(MODEL)!.runners[0]!;
 }, 60_000);
