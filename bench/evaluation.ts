@@ -6,6 +6,9 @@ import { benchArgs, benchKey, envOf, fmt, machine, median } from './lib.js';
 // Evaluation latency: 1, 8 and 64 questions against one state of about 400
 // tokens in one request, and 64 concurrent single-question requests on it.
 // usage.inputTokens shows the state is processed once per request.
+// Each request is on a state the daemon has not seen (a numbered opening line before the same
+// story), since a state asked about before is kept (EVAL_PREFIX_CACHE_MB) and not prefilled
+// again; the row "again" is one question on the state of the request just before it.
 // Usage: node dist/bench/evaluation.js [--model ID] [--models-dir DIR] [--dtype q4]
 // (--dtype: the weight variant, MODEL_DTYPE, where the model's folder holds it)
 // With --b K=V[,K=V] (and --a likewise): two daemons up at once, each request sent to both in
@@ -32,7 +35,10 @@ const questions = (n: number) =>
   Object.fromEntries(
     Array.from({ length: n }, (_, i) => [`q${i}`, { type: 'boolean', instructions: `Is ${SUBJECTS[i % 8]} ${TRAITS[Math.floor(i / 8) % 8]}?` }]),
   );
-const state = STATE.repeat(2);
+/** A state of ~390 tokens no request before has sent: `tag` opens it. */
+const stateOf = (tag: string) => `Story ${tag}. ${STATE.repeat(2)}`;
+/** Sizes' keys in the figures: 0 the concurrent burst, AGAIN one question on the state asked about just before. */
+const AGAIN = -1;
 
 interface Side {
   label: string;
@@ -51,7 +57,7 @@ async function start(side: 'a' | 'b', label: string): Promise<Side> {
   return { label: `${label}${args.has(`${side}-root`) ? ` @ ${root}` : ''}`, d, key: await benchKey(d, ['inference:use'], 1_000_000_000), stop: () => lib.stopDaemon(d) };
 }
 
-async function ask(s: Side, n: number): Promise<{ ms: number; inputTokens: number }> {
+async function ask(s: Side, n: number, state: string): Promise<{ ms: number; inputTokens: number }> {
   const t0 = performance.now();
   const r = await fetch(`${s.d.inferenceUrl}/api/v1/evaluations`, {
     method: 'POST',
@@ -63,29 +69,31 @@ async function ask(s: Side, n: number): Promise<{ ms: number; inputTokens: numbe
   return { ms: performance.now() - t0, inputTokens: body.usage.inputTokens as number };
 }
 
-async function burst(s: Side): Promise<{ ms: number; inputTokens: number }> {
+async function burst(s: Side, state: string): Promise<{ ms: number; inputTokens: number }> {
   const t0 = performance.now();
-  const conc = await Promise.all(Array.from({ length: 64 }, () => ask(s, 1)));
+  const conc = await Promise.all(Array.from({ length: 64 }, () => ask(s, 1, state)));
   return { ms: performance.now() - t0, inputTokens: conc[0]!.inputTokens };
 }
 
 async function warm(s: Side): Promise<void> {
-  await ask(s, 4);
+  await ask(s, 4, stateOf('warm-up'));
   // The first bursts of this size grow onnxruntime's memory arena (three times slower, about
   // 7.5 s, on one machine); two rounds of warm-up measure the steady state.
-  for (let w = 0; w < 2; w++) await burst(s);
+  for (let w = 0; w < 2; w++) await burst(s, stateOf(`warm-up burst ${w}`));
 }
 
 /** Each size's requests (and the bursts), sides in turns, the order alternating by round. */
 async function measure(sides: Side[]) {
-  const ms = sides.map(() => Object.fromEntries([...SIZES, 0].map((n) => [n, [] as number[]])) as Record<number, number[]>);
+  const ms = sides.map(() => Object.fromEntries([...SIZES, 0, AGAIN].map((n) => [n, [] as number[]])) as Record<number, number[]>);
   // Per side: two builds may lay a request out differently (the usage is what each ran).
   const tokens = sides.map(() => ({}) as Record<number, number>);
   for (let r = 0; r < REPS; r++) {
     const order = r % 2 ? [...sides.keys()].reverse() : [...sides.keys()];
-    for (const n of SIZES) {
+    for (const n of [...SIZES, AGAIN]) {
+      // A fresh state each (both sides the same one); AGAIN: the one-question request's state again.
+      const state = stateOf(`${r}-${n === AGAIN ? 1 : n}`);
       for (const i of order) {
-        const x = await ask(sides[i]!, n);
+        const x = await ask(sides[i]!, n === AGAIN ? 1 : n, state);
         ms[i]![n]!.push(x.ms);
         tokens[i]![n] = x.inputTokens;
       }
@@ -93,7 +101,7 @@ async function measure(sides: Side[]) {
   }
   for (let r = 0; r < BURSTS; r++) {
     for (const i of r % 2 ? [...sides.keys()].reverse() : [...sides.keys()]) {
-      const x = await burst(sides[i]!);
+      const x = await burst(sides[i]!, stateOf(`burst ${r}`));
       ms[i]![0]!.push(x.ms);
       tokens[i]![0] = x.inputTokens;
     }
@@ -114,11 +122,12 @@ async function main() {
       for (const n of SIZES) console.log(`${String(n).padStart(2)} question(s) in one request: median ${fmt(median(ms[i]![n]!), 1)} ms; usage.inputTokens ${tokens[i]![n]}`);
       console.log(`64 concurrent single-question requests: wall ${ms[i]![0]!.map((x) => fmt(x, 1)).join(' / ')} ms, each usage.inputTokens ${tokens[i]![0]} (64 x ${tokens[i]![0]} = ${64 * tokens[i]![0]!} tokens in all)`);
       console.log(`ratio 64 questions / 1 question: ${fmt(median(ms[i]![64]!) / median(ms[i]![1]!), 2)}x (target <= 3x)`);
+      console.log(`again: 1 question on the state asked about just before: median ${fmt(median(ms[i]![AGAIN]!), 1)} ms (${fmt(median(ms[i]![AGAIN]!) / median(ms[i]![1]!), 3)} of a fresh state's); usage.inputTokens ${tokens[i]![AGAIN]}`);
     }
     if (two) {
-      for (const n of [...SIZES, 0]) {
+      for (const n of [...SIZES, 0, AGAIN]) {
         const ratios = ms[1]![n]!.map((b, k) => b / ms[0]![n]![k]!);
-        const what = n ? `${n} question(s)` : '64 concurrent requests';
+        const what = n === AGAIN ? '1 question, again' : n ? `${n} question(s)` : '64 concurrent requests';
         console.log(`B / A, ${what}: median ${fmt(median(ratios), 3)}, B faster in ${ratios.filter((x) => x < 1).length} of ${ratios.length} pairs`);
       }
     }

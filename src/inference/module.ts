@@ -31,7 +31,7 @@ export const inferenceModule: Module = {
       tokensPostIntervalMs: c.TOKENS_POST_INTERVAL_MS,
       kvSplit: c.KV_SPLIT_LONG_ROWS,
       replicas: c.MODEL_REPLICAS,
-      options: { admissionWaitMsMax: c.ADMISSION_WAIT_MS_MAX },
+      options: { admissionWaitMsMax: c.ADMISSION_WAIT_MS_MAX, prefixCacheBytesMax: c.EVAL_PREFIX_CACHE_MB * 2 ** 20 },
       dtype: c.MODEL_DTYPE,
     });
     log.info({ models: engine.list().map((m) => `${m.id} (${m.kind})`), provider: c.EXECUTION_PROVIDER }, 'models loaded');

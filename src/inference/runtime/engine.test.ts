@@ -275,6 +275,61 @@ describe('engine', () => {
   });
 });
 
+describe('engine keeping prefilled states for later requests (EVAL_PREFIX_CACHE_MB)', () => {
+  const counter = async (e: Engine, name: string) => ((await registries.inference.getSingleMetric(name)!.get()).values.find((v) => v.labels.model_name === EVAL)?.value ?? 0);
+  const diff = (a: Float32Array, b: Float32Array) => a.reduce((m, x, t) => Math.max(m, Math.abs(x - b[t]!)), 0);
+
+  it("forks the same user's next request on a state from the kept one, with the answers and usage it gets alone; another user's runs its own", async () => {
+    const prefix = await engine.encode(EVAL, 'The garden was green and the birds sang in the old apple tree.');
+    const [calm, loud] = await Promise.all([' Is it calm?', ' Is it loud?'].map((t) => engine.encode(EVAL, t)));
+    const run = (q: number[], shareScope?: string, signal?: AbortSignal) => engine.scoreBranches(EVAL, { prefixTokens: prefix, branches: [{ parent: -1, tokens: q }], shareScope, signal });
+    const alone = { calm: await run(calm!), loud: await run(loud!) };
+    const [hits0, prompt0] = [await counter(engine, 'vllm:prefix_cache_hits_total'), await counter(engine, 'vllm:prompt_tokens_total')];
+    const first = await run(calm!, 'k');
+    // A request that goes away at once leaves the kept state to the next.
+    const gone = new AbortController();
+    const left = run(loud!, 'k', gone.signal).catch((e: Error) => e.message);
+    gone.abort(new Error('client went away'));
+    expect(await left).toBe('client went away');
+    const second = await run(loud!, 'k');
+    const other = await run(loud!, 'm');
+    for (const [r, want] of [[first, alone.calm], [second, alone.loud], [other, alone.loud]] as const) {
+      expect(r.processedTokens).toBe(want.processedTokens); // billed as if it ran alone
+      expect(diff(r.logprobs[0]!, want.logprobs[0]!)).toBeLessThan(1e-4);
+    }
+    // The state ran for user k's first request and for user m's, not for k's later ones.
+    expect((await counter(engine, 'vllm:prefix_cache_hits_total')) - hits0).toBe(2 * prefix.length);
+    const ran = (await counter(engine, 'vllm:prompt_tokens_total')) - prompt0;
+    expect(ran).toBeGreaterThanOrEqual(2 * prefix.length + calm!.length + 2 * loud!.length);
+    expect(ran).toBeLessThanOrEqual(2 * prefix.length + calm!.length + 3 * loud!.length); // the one that went away may have run its question
+  });
+
+  it('keeps states within its memory, the least recently used out first, and none with a budget of 0', async () => {
+    const arch = (engine as unknown as { models: Map<string, { runners: Runner[] }> }).models.get(EVAL)!.runners[0]!.arch;
+    const a = await engine.encode(EVAL, 'A red boat sailed past the harbour wall at dawn.');
+    const b = await engine.encode(EVAL, 'A blue kite rose above the field in the afternoon wind.');
+    const q = await engine.encode(EVAL, ' Is it fast?');
+    const bytesOf = (p: number[]) => 2 * p.length * 2 * arch.layers * arch.kvHeads * arch.headDim * (arch.kvType === 'float16' ? 2 : 4);
+    for (const budget of [Math.floor(1.5 * Math.max(bytesOf(a), bytesOf(b))), 0]) {
+      const e = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { prefixCacheBytesMax: budget } });
+      try {
+        const run = (p: number[]) => e.scoreBranches(EVAL, { prefixTokens: p, branches: [{ parent: -1, tokens: q }], shareScope: 'u' });
+        const hits0 = await counter(e, 'vllm:prefix_cache_hits_total');
+        await run(a); // kept
+        await run(b); // kept; a out: both do not fit
+        await run(a); // runs again, kept; b out
+        const missed = (await counter(e, 'vllm:prefix_cache_hits_total')) - hits0;
+        await run(a); // forks from the kept one
+        const hit = (await counter(e, 'vllm:prefix_cache_hits_total')) - hits0 - missed;
+        expect(missed).toBe(0);
+        expect(hit).toBe(budget ? a.length : 0);
+      } finally {
+        await e.close();
+      }
+    }
+  }, 30_000);
+});
+
 describe('engine without a usable branch graph', () => {
   it('loads an evaluation model whose branch.onnx is broken and scores with the model graph, the same scores', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-nobranch-'));

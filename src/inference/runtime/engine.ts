@@ -261,7 +261,10 @@ export class Engine implements InferenceEngine {
   }
 
   scoreBranches(modelId: string, req: ScoreRequest): Promise<ScoreResult> {
-    return pickReplica(this.get(modelId).schedulers).scoreBranches(req.prefixTokens, req.branches, req.signal, req.shareScope);
+    const schedulers = this.get(modelId).schedulers;
+    // The replica that holds this prefix (prefilling or kept) runs it no second time.
+    const holder = schedulers.length > 1 ? schedulers.find((s) => s.holdsPrefix(req.prefixTokens, req.shareScope)) : undefined;
+    return (holder ?? pickReplica(schedulers)).scoreBranches(req.prefixTokens, req.branches, req.signal, req.shareScope);
   }
 
   async close(): Promise<void> {

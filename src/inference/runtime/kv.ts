@@ -30,6 +30,11 @@ export interface Kv {
   prefixFeeds?: { len: number; feeds: Record<string, Tensor> };
 }
 
+/** Bytes one cached position takes: keys and values of every layer. */
+export function kvBytesPerPosition(layout: KvLayout): number {
+  return 2 * layout.layers * layout.kvHeads * layout.headDim * (layout.kvType === 'float16' ? 2 : 4);
+}
+
 export class KvStore {
   private readonly caches = new Map<number, Kv>();
   /** Bytes held by every cache: the KV bytes gauge. */
@@ -47,8 +52,7 @@ export class KvStore {
   }
 
   private bytesOf(positions: number): number {
-    const { layers, kvHeads, headDim, kvType } = this.layout;
-    return 2 * layers * kvHeads * positions * headDim * (kvType === 'float16' ? 2 : 4);
+    return positions * kvBytesPerPosition(this.layout);
   }
 
   get(seq: number): Kv | undefined {

@@ -53,4 +53,22 @@ describe('model worker crash', () => {
     expect(await restarts()).toBe(counted + 1);
     expect(runnerOf(CHAT).alive).toBe(true);
   }, 60_000);
+
+  it("drops the evaluation states it kept with the worker's caches: the same user's next request after a restart prefills its state again", async () => {
+    const EVAL = 'cloudgate/random-llama-eval';
+    const prefix = await engine.encode(EVAL, 'The lake was cold and the boats were tied up for the night.');
+    const q = await engine.encode(EVAL, ' Is it late?');
+    const score = () => engine.scoreBranches(EVAL, { prefixTokens: prefix, branches: [{ parent: -1, tokens: q }], shareScope: 'u' });
+    const hits = async () => (await registries.inference.getSingleMetric('vllm:prefix_cache_hits_total')!.get()).values.find((v) => v.labels.model_name === EVAL)?.value ?? 0;
+    const before = await score(); // kept
+    const hits0 = await hits();
+    const restarted = async () => (await registries.inference.getSingleMetric('cloudgate_engine_worker_restarts_total')!.get()).values.find((v) => v.labels.model_name === EVAL)?.value ?? 0;
+    const counted = await restarted();
+    runnerOf(EVAL).crashForTest();
+    while ((await restarted()) === counted) await new Promise((r) => setTimeout(r, 10));
+    const after = await score(); // runs its state again, not a fork of a cache that went with the worker
+    expect(await hits()).toBe(hits0);
+    expect(after.logprobs[0]).toEqual(before.logprobs[0]);
+    expect(runnerOf(EVAL).alive).toBe(true);
+  }, 60_000);
 });

@@ -1,5 +1,6 @@
 import { log } from '../../log.js';
 import { EngineFailed, EngineRefused, scoreTokens, sharedLead, type BranchSpec, type EngineFailure, type GenerateEvent, type GenerateRequest, type TokenLogprob } from '../engine-api.js';
+import { kvBytesPerPosition } from './kv.js';
 import { engineMetrics as M, kvCacheUsage } from './metrics.js';
 import { inStepBudget, type EngineOptions } from './options.js';
 import { endsGeneration, type SamplerSpec } from './protocol.js';
@@ -54,12 +55,27 @@ interface Seq {
   joinedRun?: number;
 }
 
+/** A prefilled prefix kept for later jobs of its key (Scheduler.kept). */
+interface KeptPrefix {
+  seq: Seq;
+  bytes: number;
+  /** Forks from it in flight: it is not freed under them. */
+  forking: number;
+}
+
 export class Scheduler {
   private nextSeq = 1;
   private readonly waiting: Seq[] = [];
   private readonly active = new Set<Seq>();
   /** Prefixes not yet prefilled, by scope and the request's prefix: a score job with the same one may join it. */
   private readonly prefixes = new Map<string, Seq>();
+  /**
+   * Prefixes prefilled for earlier jobs, kept by the same key within opts.prefixCacheBytesMax:
+   * a later job of the key forks its questions from one instead of prefilling it again. The
+   * map's order is their use, the least recent first (the first evicted).
+   */
+  private readonly kept = new Map<string, KeptPrefix>();
+  private keptBytes = 0;
   private running = false;
   /** The decode run in flight, or the last one: a number each. */
   private runId = 0;
@@ -314,15 +330,19 @@ export class Scheduler {
       }
       const children: number[][] = [[], ...branches.map(() => [] as number[])];
       branches.forEach((b, i) => children[b.parent + 1]!.push(i));
-      const key = shareScope === undefined ? undefined : `${shareScope}\u0000${prefixTokens.join(',')}`;
+      const key = prefixKey(prefixTokens, shareScope);
+      // Every question opens with the prefix sequence's lead, which its KV holds after the prefix.
+      const fits = (p: Seq | undefined): p is Seq => p !== undefined && branches.every((b) => b.parent !== -1 || (b.tokens.length > p.prefixLead!.length && p.prefixLead!.every((x, i) => b.tokens[i] === x)));
       const running = key === undefined ? undefined : this.prefixes.get(key);
-      const lead = running?.prefixLead ?? [];
-      const opensWith = (t: number[]) => t.length > lead.length && lead.every((x, i) => t[i] === x);
-      const joins = running !== undefined && !running.cancelled && running.prefixOf !== undefined && branches.every((b) => b.parent !== -1 || opensWith(b.tokens));
+      const joins = fits(running) && !running.cancelled && running.prefixOf !== undefined;
+      const kept = joins || key === undefined ? undefined : this.kept.get(key);
+      const reuses = fits(kept?.seq);
       const ownLead = sharedLead(branches);
       const prefix: Seq = joins
         ? running
-        : { id: this.nextSeq++, pending: [...prefixTokens, ...ownLead], promptLen: prefixTokens.length + ownLead.length, cancelled: false, prefixOf: [], prefixKey: key, prefixLead: ownLead };
+        : reuses
+          ? kept!.seq
+          : { id: this.nextSeq++, pending: [...prefixTokens, ...ownLead], promptLen: prefixTokens.length + ownLead.length, cancelled: false, prefixOf: [], prefixKey: key, prefixLead: ownLead };
       // The questions continue the prefix's sequence: its lead is run there, not in them.
       const strip = prefix.prefixLead!.length;
       const job: ScoreJob = {
@@ -335,8 +355,21 @@ export class Scheduler {
         reject,
         cancelled: false,
       };
-      prefix.prefixOf!.push(job);
       M.prefixQueries.inc(this.runner.labels, prefixTokens.length + ownLead.length);
+      if (reuses) {
+        M.prefixHits.inc(this.runner.labels, prefixTokens.length + strip);
+        signal?.addEventListener(
+          'abort',
+          () => {
+            job.cancelled = true; // its branches are reaped, or never forked
+            job.reject(signal.reason);
+          },
+          { once: true },
+        );
+        void this.forkKept(key!, kept!, job);
+        return;
+      }
+      prefix.prefixOf!.push(job);
       signal?.addEventListener(
         'abort',
         () => {
@@ -364,6 +397,58 @@ export class Scheduler {
         reject(e);
       }
     });
+  }
+
+  /** Whether a job of this prefix and scope would find it here, prefilling or kept: where a replica's next job should go. */
+  holdsPrefix(prefixTokens: number[], shareScope?: string): boolean {
+    const key = prefixKey(prefixTokens, shareScope);
+    return key !== undefined && (this.prefixes.has(key) || this.kept.has(key));
+  }
+
+  /** A job's questions forked from a kept prefix (its most recent use now), then run by the loop. */
+  private async forkKept(key: string, kept: KeptPrefix, job: ScoreJob): Promise<void> {
+    this.kept.delete(key);
+    this.kept.set(key, kept);
+    kept.forking++;
+    try {
+      await this.forkBranches(kept.seq, job, job.children[0]!);
+    } catch (e) {
+      job.reject(new EngineFailed(failureOf(e, this.modelId)));
+      return;
+    } finally {
+      kept.forking--;
+      this.trimKept();
+    }
+    this.kick();
+  }
+
+  /** Keeps a prefilled prefix whose jobs forked for later jobs of its key, when it fits the budget at all. */
+  private keep(seq: Seq): void {
+    const key = seq.prefixKey;
+    const bytes = 2 * seq.promptLen * kvBytesPerPosition(this.runner.arch); // its cache, and the branch graph's copy of it
+    if (key === undefined || seq.cancelled || bytes > this.opts.prefixCacheBytesMax) return;
+    const old = this.kept.get(key);
+    if (old?.forking) return; // the same state again (with another lead), while the kept one is being forked from: it stays
+    if (old) this.dropKept(key, old); // the same state again (with another lead): the newer one stays
+    this.active.delete(seq); // not reaped: kept
+    this.kept.set(key, { seq, bytes, forking: 0 });
+    this.keptBytes += bytes;
+    this.trimKept();
+  }
+
+  /** Frees the least recently used kept prefixes until the rest fit the budget (not those with forks in flight). */
+  private trimKept(): void {
+    for (const [key, k] of this.kept) {
+      if (this.keptBytes <= this.opts.prefixCacheBytesMax) return;
+      if (k.forking === 0) this.dropKept(key, k);
+    }
+  }
+
+  private dropKept(key: string, k: KeptPrefix): void {
+    if (k.forking > 0) return;
+    this.kept.delete(key);
+    this.keptBytes -= k.bytes;
+    this.runner.free([k.seq.id]);
   }
 
   /** No job joins this prefix from now on (it is prefilled, failed or gone). */
@@ -467,12 +552,7 @@ export class Scheduler {
 
   /** Ends a sequence the engine cannot go on with: a generation reports `failed`, a scoring job rejects. */
   private fail(s: Seq, e: unknown): void {
-    const failure: EngineFailure =
-      e instanceof RunnerClosed
-        ? { message: `model ${this.modelId} is shutting down; retry on another replica`, retryable: true, shuttingDown: true }
-        : e instanceof WorkerLost
-          ? { message: `model ${this.modelId}'s worker stopped while running this request; it is restarting, retry shortly`, retryable: true }
-          : { message: `model ${this.modelId} failed while running this request`, retryable: false };
+    const failure = failureOf(e, this.modelId);
     if (s.gen) this.end(s, 'failed', failure);
     for (const job of s.prefixOf ?? (s.branch ? [s.branch.job] : [])) job.reject(new EngineFailed(failure));
     this.forgetPrefix(s);
@@ -482,6 +562,9 @@ export class Scheduler {
   /** The worker died: every sequence it held is gone with its KV cache; the waiting ones run on the new one. */
   workerLost(e: WorkerLost): void {
     for (const s of this.active) this.fail(s, e);
+    // Their caches went with the worker.
+    this.kept.clear();
+    this.keptBytes = 0;
     this.kick();
   }
 
@@ -528,7 +611,8 @@ export class Scheduler {
       } else if (seq.prefixOf) {
         this.forgetPrefix(seq); // prefilled: a job that comes now runs its own
         for (const job of seq.prefixOf) await this.forkBranches(seq, job, job.children[0]!);
-        seq.prefixOf = undefined; // its KV is shared by the branches: reaped next
+        seq.prefixOf = undefined; // its KV is shared by the branches: reaped next, unless kept
+        this.keep(seq);
       }
     }
   }
@@ -636,4 +720,18 @@ export class Scheduler {
     if (r.goesOn) s.pending = [tok];
     if (r.finish) this.end(s, r.finish);
   }
+}
+
+/** A prefix's key for sharing (Scheduler.prefixes, Scheduler.kept): its scope and tokens; none without a scope. */
+function prefixKey(prefixTokens: number[], shareScope: string | undefined): string | undefined {
+  return shareScope === undefined ? undefined : `${shareScope}\u0000${prefixTokens.join(',')}`;
+}
+
+/** What a sequence's reader is told when the engine cannot go on with it. */
+function failureOf(e: unknown, modelId: string): EngineFailure {
+  return e instanceof RunnerClosed
+    ? { message: `model ${modelId} is shutting down; retry on another replica`, retryable: true, shuttingDown: true }
+    : e instanceof WorkerLost
+      ? { message: `model ${modelId}'s worker stopped while running this request; it is restarting, retry shortly`, retryable: true }
+      : { message: `model ${modelId} failed while running this request`, retryable: false };
 }
