@@ -11,6 +11,7 @@ import { ensureDefaultModels } from '../convert/default-models.js';
 import { Engine } from './engine.js';
 import type { WorkerEvent } from './protocol.js';
 import { Runner } from './runner.js';
+import { keptPrefixBytes } from './scheduler.js';
 
 // The engine against the bundled random-weight model (always present) and,
 // when ../shared/models exists, a real Hugging Face optimum export.
@@ -309,8 +310,7 @@ describe('engine keeping prefilled states for later requests (EVAL_PREFIX_CACHE_
     const a = await engine.encode(EVAL, 'A red boat sailed past the harbour wall at dawn.');
     const b = await engine.encode(EVAL, 'A blue kite rose above the field in the afternoon wind.');
     const q = await engine.encode(EVAL, ' Is it fast?');
-    const bytesOf = (p: number[]) => 2 * p.length * 2 * arch.layers * arch.kvHeads * arch.headDim * (arch.kvType === 'float16' ? 2 : 4);
-    for (const budget of [Math.floor(1.5 * Math.max(bytesOf(a), bytesOf(b))), 0]) {
+    for (const budget of [Math.floor(1.5 * keptPrefixBytes(Math.max(a.length, b.length), arch)), 0]) {
       const e = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { prefixCacheBytesMax: budget } });
       try {
         const run = (p: number[]) => e.scoreBranches(EVAL, { prefixTokens: p, branches: [{ parent: -1, tokens: q }], shareScope: 'u' });

@@ -1,6 +1,6 @@
 import { log } from '../../log.js';
 import { EngineFailed, EngineRefused, scoreTokens, sharedLead, type BranchSpec, type EngineFailure, type GenerateEvent, type GenerateRequest, type TokenLogprob } from '../engine-api.js';
-import { kvBytesPerPosition } from './kv.js';
+import { kvBytesPerPosition, type KvLayout } from './kv.js';
 import { engineMetrics as M, kvCacheUsage } from './metrics.js';
 import { inStepBudget, type EngineOptions } from './options.js';
 import { endsGeneration, type SamplerSpec } from './protocol.js';
@@ -425,7 +425,7 @@ export class Scheduler {
   /** Keeps a prefilled prefix whose jobs forked for later jobs of its key, when it fits the budget at all. */
   private keep(seq: Seq): void {
     const key = seq.prefixKey;
-    const bytes = 2 * seq.promptLen * kvBytesPerPosition(this.runner.arch); // its cache, and the branch graph's copy of it
+    const bytes = keptPrefixBytes(seq.promptLen, this.runner.arch);
     if (key === undefined || seq.cancelled || bytes > this.opts.prefixCacheBytesMax) return;
     const old = this.kept.get(key);
     if (old?.forking) return; // the same state again (with another lead), while the kept one is being forked from: it stays
@@ -720,6 +720,11 @@ export class Scheduler {
     if (r.goesOn) s.pending = [tok];
     if (r.finish) this.end(s, r.finish);
   }
+}
+
+/** What a kept prefix of `positions` holds: its cache, and the branch graph's copy of it (worker.ts prefixFeeds). */
+export function keptPrefixBytes(positions: number, layout: KvLayout): number {
+  return 2 * positions * kvBytesPerPosition(layout);
 }
 
 /** A prefix's key for sharing (Scheduler.prefixes, Scheduler.kept): its scope and tokens; none without a scope. */
