@@ -79,6 +79,25 @@ describe('evaluations through the AI SDK gateway client', () => {
     }
   });
 
+  it("keeps a user's state for their next request on it (EVAL_PREFIX_CACHE_MB): the same answers and usage, the state not run again", async () => {
+    const { key } = await sdk();
+    const hits = async () => {
+      const m = await call('inference', 'GET', '/metrics');
+      const line = (m.body as string).split('\n').find((l) => l.startsWith('vllm:prefix_cache_hits_total{') && l.includes(`model_name="${EVAL}"`));
+      return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
+    };
+    const body = { model: EVAL, state: `A state asked about twice ${Date.now()}: the lamp was lit and the room was warm.`, questions: { q: { type: 'boolean', instructions: 'Is the room warm?' } } };
+    const first = await call('inference', 'POST', '/api/v1/evaluations', { key, body });
+    const before = await hits();
+    const second = await call('inference', 'POST', '/api/v1/evaluations', { key, body });
+    expect(first.status).toBe(200);
+    expect(second.status).toBe(200);
+    expect(second.body.usage).toEqual(first.body.usage); // billed as if it ran alone
+    expect(second.body.answers.q.probability).toBeCloseTo(first.body.answers.q.probability, 5);
+    // At least the state's tokens were found kept (other files' requests may add to the counter).
+    expect((await hits()) - before).toBeGreaterThanOrEqual(10);
+  });
+
   it('takes the model from ai-model-id on the gateway path and refuses a chat model with invalid_model', async () => {
     const { key } = await sdk();
     const ok = await call('inference', 'POST', '/v4/ai/evaluation-model', {
