@@ -305,6 +305,26 @@ describe('engine keeping prefilled states for later requests (EVAL_PREFIX_CACHE_
     expect(ran).toBeLessThanOrEqual(2 * prefix.length + calm!.length + 3 * loud!.length); // the one that went away may have run its question
   });
 
+  it("forks a later request whose questions open otherwise from the kept state's end, before the lead its first request's questions shared", async () => {
+    const prefix = await engine.encode(EVAL, 'The market was busy and the baker sold all of his bread by noon.');
+    const enc = (ts: string[]) => Promise.all(ts.map((t) => engine.encode(EVAL, t)));
+    const roots = (qs: number[][]) => qs.map((tokens) => ({ parent: -1, tokens }));
+    const sets = [await enc([' Is it cold?', ' Is it late?']), await enc([' Does it rain?', ' Does it snow?']), await enc([' Is it hot?'])];
+    const alone = [];
+    for (const qs of sets) alone.push(await engine.scoreBranches(EVAL, { prefixTokens: prefix, branches: roots(qs) }));
+    const lead = sets[0]![0]!.findIndex((t, i) => t !== sets[0]![1]![i]);
+    expect(lead).toBeGreaterThan(0);
+    const hits0 = await counter(engine, 'vllm:prefix_cache_hits_total');
+    const got = [];
+    for (const qs of sets) got.push(await engine.scoreBranches(EVAL, { prefixTokens: prefix, branches: roots(qs), shareScope: 'lead' }));
+    for (const [k, r] of got.entries()) {
+      expect(r.processedTokens).toBe(alone[k]!.processedTokens);
+      for (const [b, lp] of r.logprobs.entries()) expect(diff(lp, alone[k]!.logprobs[b]!)).toBeLessThan(1e-4);
+    }
+    // The first ran the state and its lead; " Does it" forked from the state's end, " Is it hot?" from the lead's.
+    expect((await counter(engine, 'vllm:prefix_cache_hits_total')) - hits0).toBe(prefix.length + (prefix.length + lead));
+  });
+
   it('keeps states within its memory, the least recently used out first, and none with a budget of 0', async () => {
     const arch = (engine as unknown as { models: Map<string, { runners: Runner[] }> }).models.get(EVAL)!.runners[0]!.arch;
     const a = await engine.encode(EVAL, 'A red boat sailed past the harbour wall at dawn.');
@@ -345,6 +365,17 @@ describe('engine without a usable branch graph', () => {
         for (let i = 0; i < branches.length; i++) {
           let maxDiff = 0;
           for (let t = 0; t < want.logprobs[i]!.length; t++) maxDiff = Math.max(maxDiff, Math.abs(want.logprobs[i]![t]! - got.logprobs[i]![t]!));
+          expect(maxDiff).toBeLessThan(1e-4);
+        }
+        // A kept state forked from before its lead, here too: the plain step reads the shared positions through the forks.
+        const roots = async (ts: string[]) => Promise.all(ts.map(async (t) => ({ parent: -1, tokens: await engine.encode(EVAL, t) })));
+        const [isIt, doesIt] = [await roots([' Is it calm?', ' Is it loud?']), await roots([' Does it rain?', ' Does it snow?'])];
+        await plain.scoreBranches(EVAL, { prefixTokens: prefix, branches: isIt, shareScope: 'p' });
+        const kept = await plain.scoreBranches(EVAL, { prefixTokens: prefix, branches: doesIt, shareScope: 'p' });
+        const fresh = await engine.scoreBranches(EVAL, { prefixTokens: prefix, branches: doesIt });
+        for (let i = 0; i < doesIt.length; i++) {
+          let maxDiff = 0;
+          for (let t = 0; t < fresh.logprobs[i]!.length; t++) maxDiff = Math.max(maxDiff, Math.abs(fresh.logprobs[i]![t]! - kept.logprobs[i]![t]!));
           expect(maxDiff).toBeLessThan(1e-4);
         }
       } finally {

@@ -77,13 +77,13 @@ export class KvStore {
     return { len: 0, cap, k: Array.from({ length: layers }, () => this.alloc(n)), v: Array.from({ length: layers }, () => this.alloc(n)), baseLen: 0 };
   }
 
-  /** New sequences that share all of `src`'s positions (read, never written). */
-  fork(src: Kv, to: number[]): void {
+  /** New sequences that share `src`'s first `len` positions, all by default (read, never written). */
+  fork(src: Kv, to: number[], len = src.len): void {
     for (const t of to) {
       const kv = this.create(16);
       kv.base = src;
-      kv.baseLen = src.len;
-      kv.len = src.len;
+      kv.baseLen = len;
+      kv.len = len;
       this.caches.set(t, kv);
     }
   }

@@ -118,7 +118,8 @@ export type WorkerCommand =
    * that has ended is ignored.
    */
   | { type: 'interrupt'; id: number }
-  | { type: 'fork'; id: number; from: number; to: number[] }
+  /** New sequences `to` that continue `from`'s first `at` positions (all of them by default): its KV is shared, not copied. */
+  | { type: 'fork'; id: number; from: number; to: number[]; at?: number }
   | { type: 'free'; seqs: number[] }
   /** Waits for the work before it (a decode run stops after its current step), releases the sessions and ends the worker thread (worker.ts endThread). */
   | { type: 'close'; id: number }

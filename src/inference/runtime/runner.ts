@@ -236,8 +236,8 @@ export class Runner {
     if (!this.closing && this.decoding !== undefined) this.worker?.postMessage({ type: 'interrupt', id: this.decoding } satisfies WorkerCommand);
   }
 
-  async fork(from: number, to: number[]): Promise<void> {
-    await this.call({ type: 'fork', id: this.nextId++, from, to });
+  async fork(from: number, to: number[], at?: number): Promise<void> {
+    await this.call({ type: 'fork', id: this.nextId++, from, to, at });
   }
 
   free(seqs: number[]): void {

@@ -335,16 +335,18 @@ export class Scheduler {
       const fits = (p: Seq | undefined): p is Seq => p !== undefined && branches.every((b) => b.parent !== -1 || (b.tokens.length > p.prefixLead!.length && p.prefixLead!.every((x, i) => b.tokens[i] === x)));
       const running = key === undefined ? undefined : this.prefixes.get(key);
       const joins = fits(running) && !running.cancelled && running.prefixOf !== undefined;
+      // A kept prefix serves any job of its key: from its end where the questions open with its
+      // lead, else from the end of the state, before the lead (the questions then run all their tokens).
       const kept = joins || key === undefined ? undefined : this.kept.get(key);
-      const reuses = fits(kept?.seq);
+      const reuses = kept !== undefined;
       const ownLead = sharedLead(branches);
       const prefix: Seq = joins
         ? running
         : reuses
-          ? kept!.seq
+          ? kept.seq
           : { id: this.nextSeq++, pending: [...prefixTokens, ...ownLead], promptLen: prefixTokens.length + ownLead.length, cancelled: false, prefixOf: [], prefixKey: key, prefixLead: ownLead };
       // The questions continue the prefix's sequence: its lead is run there, not in them.
-      const strip = prefix.prefixLead!.length;
+      const strip = !reuses || fits(kept.seq) ? prefix.prefixLead!.length : 0;
       const job: ScoreJob = {
         branches: strip ? branches.map((b) => (b.parent === -1 ? { parent: -1, tokens: b.tokens.slice(strip) } : b)) : branches,
         children,
@@ -366,7 +368,7 @@ export class Scheduler {
           },
           { once: true },
         );
-        void this.forkKept(key!, kept!, job);
+        void this.forkKept(key!, kept, job, prefixTokens.length + strip);
         return;
       }
       prefix.prefixOf!.push(job);
@@ -405,13 +407,13 @@ export class Scheduler {
     return key !== undefined && (this.prefixes.has(key) || this.kept.has(key));
   }
 
-  /** A job's questions forked from a kept prefix (its most recent use now), then run by the loop. */
-  private async forkKept(key: string, kept: KeptPrefix, job: ScoreJob): Promise<void> {
+  /** A job's questions forked from a kept prefix's first `at` positions (its most recent use now), then run by the loop. */
+  private async forkKept(key: string, kept: KeptPrefix, job: ScoreJob, at: number): Promise<void> {
     this.kept.delete(key);
     this.kept.set(key, kept);
     kept.forking++;
     try {
-      await this.forkBranches(kept.seq, job, job.children[0]!);
+      await this.forkBranches(kept.seq, job, job.children[0]!, at);
     } catch (e) {
       job.reject(new EngineFailed(failureOf(e, this.modelId)));
       return;
@@ -428,8 +430,8 @@ export class Scheduler {
     const bytes = keptPrefixBytes(seq.promptLen, this.runner.arch);
     if (key === undefined || seq.cancelled || bytes > this.opts.prefixCacheBytesMax) return;
     const old = this.kept.get(key);
-    if (old?.forking) return; // the same state again (with another lead), while the kept one is being forked from: it stays
-    if (old) this.dropKept(key, old); // the same state again (with another lead): the newer one stays
+    if (old?.forking) return; // the same state again, prefilled beside the kept one (concurrent jobs), which is being forked from: it stays
+    if (old) this.dropKept(key, old); // the same state again, prefilled beside the kept one: the newer one stays
     this.active.delete(seq); // not reaped: kept
     this.kept.set(key, { seq, bytes, forking: 0 });
     this.keptBytes += bytes;
@@ -634,11 +636,11 @@ export class Scheduler {
     };
   }
 
-  /** Starts the given branches from `from`'s KV cache (shared, not copied). */
-  private async forkBranches(from: Seq, job: ScoreJob, indices: number[]): Promise<void> {
+  /** Starts the given branches from `from`'s KV cache, its first `at` positions or all of them (shared, not copied). */
+  private async forkBranches(from: Seq, job: ScoreJob, indices: number[], at?: number): Promise<void> {
     if (indices.length === 0 || job.cancelled) return;
     const ids = indices.map(() => this.nextSeq++);
-    await this.runner.fork(from.id, ids);
+    await this.runner.fork(from.id, ids, at);
     indices.forEach((index, k) => {
       const tokens = job.branches[index]!.tokens;
       this.active.add({ id: ids[k]!, pending: [...tokens], promptLen: tokens.length, branch: { job, index }, cancelled: false });

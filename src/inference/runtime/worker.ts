@@ -288,8 +288,8 @@ function kvBytes(): number {
 /** One forward pass over a batch; rows that all continue one prefix go to the branch graph. */
 async function step(rows: StepRow[]): Promise<Float32Array> {
   if (w.slots) return slotStep(rows);
-  const root = sharedRoot(rows);
-  if (root) return branchStep(rows, root);
+  const shared = sharedRoot(rows);
+  if (shared) return branchStep(rows, shared.root, shared.len);
   const steady = !!w.batch && !w.batch.shared && w.batch.seqs.length === rows.length && rows.every((r, b) => r.seq === w.batch!.seqs[b] && r.tokens.length === 1);
   if (!steady) materialize();
   const kvs = rows.map((r) => w.store.open(r.seq, Math.max(16, r.tokens.length)));
@@ -297,24 +297,32 @@ async function step(rows: StepRow[]): Promise<Float32Array> {
   return afterStep(rows, kvs, await runModel(inp.feeds, rows.length * (inp.T - inp.P)), inp, 0);
 }
 
-/** The prefix every row continues, when all rows are forks of one and the model has a branch graph. */
-function sharedRoot(rows: StepRow[]): Kv | undefined {
+/**
+ * The prefix every row continues (its root's first `len` positions, where the forks off the root
+ * begin), when all rows are forks of one at one length and the model has a branch graph.
+ */
+function sharedRoot(rows: StepRow[]): { root: Kv; len: number } | undefined {
   if (!w.branchSession) return undefined;
-  let root: Kv | undefined;
+  let shared: { root: Kv; len: number } | undefined;
   for (const r of rows) {
-    let kv = w.store.get(r.seq);
-    if (!kv?.base) return undefined;
-    while (kv.base) kv = kv.base;
-    if (root && kv !== root) return undefined;
-    root = kv;
+    let fork = w.store.get(r.seq);
+    if (!fork?.base) return undefined;
+    // The row's ancestor forked off the root: it says where the prefix ends.
+    let root: Kv = fork.base;
+    while (root.base) {
+      fork = root;
+      root = root.base;
+    }
+    if (shared && (root !== shared.root || fork.baseLen !== shared.len)) return undefined;
+    shared = { root, len: fork.baseLen };
   }
-  return root;
+  return shared;
 }
 
-function prefixFeeds(root: Kv): Record<string, ort.Tensor> {
-  if (root.prefixFeeds?.len === root.len) return root.prefixFeeds.feeds;
+/** The branch graph's `prefix_key_values` feeds: the root's first `Q` positions, built once for all the branch steps that read them. */
+function prefixFeeds(root: Kv, Q: number): Record<string, ort.Tensor> {
+  if (root.prefixFeeds?.len === Q) return root.prefixFeeds.feeds;
   const { layers, kvHeads: H, headDim: D } = w.arch;
-  const Q = root.len;
   const feeds: Record<string, ort.Tensor> = {};
   for (let l = 0; l < layers; l++) {
     for (const which of ['key', 'value'] as const) {
@@ -332,21 +340,21 @@ function prefixFeeds(root: Kv): Record<string, ort.Tensor> {
  * once, and each row's past holds only its own positions after the prefix
  * (a question's tokens, when the row is one of its answer tokens).
  */
-async function branchStep(rows: StepRow[], root: Kv): Promise<Float32Array> {
+async function branchStep(rows: StepRow[], root: Kv, len: number): Promise<Float32Array> {
   // A branch step does not pass through runModel: it tells the peers it steps here (after a rest they saw none).
   w.peers.stepping(w.store.live);
   materialize();
   const kvs = rows.map((r) => w.store.get(r.seq)!);
-  const inp = stepInputs(rows, kvs, root.len, true);
-  Object.assign(inp.feeds, prefixFeeds(root));
+  const inp = stepInputs(rows, kvs, len, true);
+  Object.assign(inp.feeds, prefixFeeds(root, len));
   if (!w.branchChoice) {
     w.passes.wide++;
-    return afterStep(rows, kvs, await w.branchSession!.run(inp.feeds), inp, root.len);
+    return afterStep(rows, kvs, await w.branchSession!.run(inp.feeds), inp, len);
   }
   const tokens = rows.length * (inp.T - inp.P);
   const { out, kind } = await w.branchChoice.run(tokens, sessionsFor(tokens, rows.length, BRANCH_SESSIONS), (k) => (k === 'prefill' ? w.branchPrefill! : w.branchSession!).run(inp.feeds));
   w.passes[kind]++;
-  return afterStep(rows, kvs, out, inp, root.len);
+  return afterStep(rows, kvs, out, inp, len);
 }
 
 /**
@@ -625,12 +633,13 @@ function applyDeferredFrees(): void {
   if (deferredFrees.length) free(deferredFrees.splice(0));
 }
 
-function fork(from: number, to: number[]): void {
+function fork(from: number, to: number[], at?: number): void {
   if (w.slots) throw new Error('this model graph keeps a slot cache, which does not fork: branches need the past_key_values layout of evaluation models');
   if (w.batch?.seqs.includes(from)) materialize();
   const src = w.store.get(from);
   if (!src) throw new Error(`fork: sequence ${from} has no cache`);
-  w.store.fork(src, to);
+  if (at !== undefined && !(Number.isInteger(at) && at > 0 && at <= src.len)) throw new Error(`fork: sequence ${from} holds ${src.len} positions, not ${at}`);
+  w.store.fork(src, to, at);
 }
 
 /** Frees the slots of those of `seqs` whose generation has ended (the scheduler's later free of them finds nothing). */
@@ -846,7 +855,7 @@ async function onCommand(msg: WorkerCommand): Promise<void> {
       return;
     case 'fork':
       return serial(msg, async () => {
-        fork(msg.from, msg.to);
+        fork(msg.from, msg.to, msg.at);
         port.postMessage({ type: 'done', id: msg.id } satisfies WorkerEvent);
       });
     case 'free':
