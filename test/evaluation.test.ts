@@ -21,6 +21,13 @@ const questions = {
   quality: { type: 'score' as const, instructions: 'How well written is it?', criteria: ['poor', 'fair', 'good', 'excellent'] },
 };
 
+/** The evaluation model's prefix-cache hits so far (tokens), from /metrics. */
+async function hits(): Promise<number> {
+  const m = await call('inference', 'GET', '/metrics');
+  const line = (m.body as string).split('\n').find((l) => l.startsWith('vllm:prefix_cache_hits_total{') && l.includes(`model_name="${EVAL}"`));
+  return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
+}
+
 describe('evaluations through the AI SDK gateway client', () => {
   it('accepts answers of every type', async () => {
     const { gateway } = await sdk();
@@ -60,11 +67,6 @@ describe('evaluations through the AI SDK gateway client', () => {
 
   it("shares one state's prefill among a user's concurrent requests, each billed as if alone", async () => {
     const { key } = await sdk();
-    const hits = async () => {
-      const m = await call('inference', 'GET', '/metrics');
-      const line = (m.body as string).split('\n').find((l) => l.startsWith('vllm:prefix_cache_hits_total{') && l.includes(`model_name="${EVAL}"`));
-      return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
-    };
     // A state of ~440 tokens (the model reads 512), so that requests sent together arrive while it prefills.
     const body = { model: EVAL, state: `A state shared by the burst ${Date.now()}: ${'the tide came in over the rocks and went out again. '.repeat(12)}`, questions: { q: { type: 'boolean', instructions: 'Is the tide in?' } } };
     const before = await hits();
@@ -81,11 +83,6 @@ describe('evaluations through the AI SDK gateway client', () => {
 
   it("keeps a user's state for their next request on it (EVAL_PREFIX_CACHE_MB): the same answers and usage, the state not run again", async () => {
     const { key } = await sdk();
-    const hits = async () => {
-      const m = await call('inference', 'GET', '/metrics');
-      const line = (m.body as string).split('\n').find((l) => l.startsWith('vllm:prefix_cache_hits_total{') && l.includes(`model_name="${EVAL}"`));
-      return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
-    };
     const body = { model: EVAL, state: `A state asked about twice ${Date.now()}: the lamp was lit and the room was warm.`, questions: { q: { type: 'boolean', instructions: 'Is the room warm?' } } };
     const first = await call('inference', 'POST', '/api/v1/evaluations', { key, body });
     const before = await hits();
