@@ -277,7 +277,8 @@ describe('engine', () => {
 });
 
 describe('engine keeping prefilled states for later requests (EVAL_PREFIX_CACHE_MB)', () => {
-  const counter = async (e: Engine, name: string) => ((await registries.inference.getSingleMetric(name)!.get()).values.find((v) => v.labels.model_name === EVAL)?.value ?? 0);
+  // The metrics registry is the process's: an engine loaded here counts under the same model name, so each test reads only while its engine runs.
+  const counter = async (name: string) => ((await registries.inference.getSingleMetric(name)!.get()).values.find((v) => v.labels.model_name === EVAL)?.value ?? 0);
   const diff = (a: Float32Array, b: Float32Array) => a.reduce((m, x, t) => Math.max(m, Math.abs(x - b[t]!)), 0);
 
   it("forks the same user's next request on a state from the kept one, with the answers and usage it gets alone; another user's runs its own", async () => {
@@ -285,7 +286,7 @@ describe('engine keeping prefilled states for later requests (EVAL_PREFIX_CACHE_
     const [calm, loud] = await Promise.all([' Is it calm?', ' Is it loud?'].map((t) => engine.encode(EVAL, t)));
     const run = (q: number[], shareScope?: string, signal?: AbortSignal) => engine.scoreBranches(EVAL, { prefixTokens: prefix, branches: [{ parent: -1, tokens: q }], shareScope, signal });
     const alone = { calm: await run(calm!), loud: await run(loud!) };
-    const [hits0, prompt0] = [await counter(engine, 'vllm:prefix_cache_hits_total'), await counter(engine, 'vllm:prompt_tokens_total')];
+    const [hits0, prompt0] = [await counter('vllm:prefix_cache_hits_total'), await counter('vllm:prompt_tokens_total')];
     const first = await run(calm!, 'k');
     // A request that goes away at once leaves the kept state to the next.
     const gone = new AbortController();
@@ -299,8 +300,8 @@ describe('engine keeping prefilled states for later requests (EVAL_PREFIX_CACHE_
       expect(diff(r.logprobs[0]!, want.logprobs[0]!)).toBeLessThan(1e-4);
     }
     // The state ran for user k's first request and for user m's, not for k's later ones.
-    expect((await counter(engine, 'vllm:prefix_cache_hits_total')) - hits0).toBe(2 * prefix.length);
-    const ran = (await counter(engine, 'vllm:prompt_tokens_total')) - prompt0;
+    expect((await counter('vllm:prefix_cache_hits_total')) - hits0).toBe(2 * prefix.length);
+    const ran = (await counter('vllm:prompt_tokens_total')) - prompt0;
     expect(ran).toBeGreaterThanOrEqual(2 * prefix.length + calm!.length + 2 * loud!.length);
     expect(ran).toBeLessThanOrEqual(2 * prefix.length + calm!.length + 3 * loud!.length); // the one that went away may have run its question
   });
@@ -314,7 +315,7 @@ describe('engine keeping prefilled states for later requests (EVAL_PREFIX_CACHE_
     for (const qs of sets) alone.push(await engine.scoreBranches(EVAL, { prefixTokens: prefix, branches: roots(qs) }));
     const lead = sets[0]![0]!.findIndex((t, i) => t !== sets[0]![1]![i]);
     expect(lead).toBeGreaterThan(0);
-    const hits0 = await counter(engine, 'vllm:prefix_cache_hits_total');
+    const hits0 = await counter('vllm:prefix_cache_hits_total');
     const got = [];
     for (const qs of sets) got.push(await engine.scoreBranches(EVAL, { prefixTokens: prefix, branches: roots(qs), shareScope: 'lead' }));
     for (const [k, r] of got.entries()) {
@@ -322,8 +323,45 @@ describe('engine keeping prefilled states for later requests (EVAL_PREFIX_CACHE_
       for (const [b, lp] of r.logprobs.entries()) expect(diff(lp, alone[k]!.logprobs[b]!)).toBeLessThan(1e-4);
     }
     // The first ran the state and its lead; " Does it" forked from the state's end, " Is it hot?" from the lead's.
-    expect((await counter(engine, 'vllm:prefix_cache_hits_total')) - hits0).toBe(prefix.length + (prefix.length + lead));
+    expect((await counter('vllm:prefix_cache_hits_total')) - hits0).toBe(prefix.length + (prefix.length + lead));
   });
+
+  it('answers concurrent requests of two users on kept states as they answer alone, with questions of four leads, some going away, the budget under two states', async () => {
+    const states = await Promise.all(['The river ran fast past the mill.', 'The dog slept by the warm fire all day.', 'A storm came over the hills at night.'].map((t) => engine.encode(EVAL, t)));
+    const enc = (ts: string[]) => Promise.all(ts.map((t) => engine.encode(EVAL, t)));
+    const roots = (qs: number[][]) => qs.map((tokens) => ({ parent: -1, tokens }));
+    const sets = [await enc([' Is it cold?', ' Is it late?']), await enc([' Does it rain?', ' Does it snow?']), await enc([' Is it hot?']), await enc([' Was it loud?', ' Is it wet?', ' Does it end?'])];
+    const alone = new Map<string, { processedTokens: number; logprobs: Float32Array[] }>();
+    for (const [si, st] of states.entries()) for (const [k, qs] of sets.entries()) alone.set(`${si}/${k}`, await engine.scoreBranches(EVAL, { prefixTokens: st, branches: roots(qs) }));
+    const arch = (engine as unknown as { models: Map<string, { runners: Runner[] }> }).models.get(EVAL)!.runners[0]!.arch;
+    const longest = Math.max(...states.map((st) => st.length)) + 2;
+    const e = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { prefixCacheBytesMax: Math.floor(1.5 * keptPrefixBytes(longest, arch)) } });
+    try {
+      const hits0 = await counter('vllm:prefix_cache_hits_total');
+      for (let round = 0; round < 3; round++) {
+        const jobs: Array<Promise<{ key: string; r: { processedTokens: number; logprobs: Float32Array[] } } | undefined>> = [];
+        for (let j = 0; j < 24; j++) {
+          const [si, k] = [(j * 7 + round) % states.length, (j * 5 + round) % sets.length];
+          const gone = new AbortController();
+          const p = e.scoreBranches(EVAL, { prefixTokens: states[si]!, branches: roots(sets[k]!), shareScope: `u${j % 2}`, signal: gone.signal });
+          if (j % 11 === 3) {
+            gone.abort(new Error('client went away'));
+            jobs.push(p.then(() => undefined, () => undefined));
+          } else jobs.push(p.then((r) => ({ key: `${si}/${k}`, r })));
+          if (j % 6 === 0) await new Promise((r) => setTimeout(r, 5));
+        }
+        for (const x of await Promise.all(jobs)) {
+          if (!x) continue;
+          const want = alone.get(x.key)!;
+          expect(x.r.processedTokens).toBe(want.processedTokens);
+          for (const [b, lp] of x.r.logprobs.entries()) expect(diff(lp, want.logprobs[b]!)).toBeLessThan(1e-4);
+        }
+      }
+      expect(await counter('vllm:prefix_cache_hits_total')).toBeGreaterThan(hits0);
+    } finally {
+      await e.close();
+    }
+  }, 30_000);
 
   it('keeps states within its memory, the least recently used out first, and none with a budget of 0', async () => {
     const arch = (engine as unknown as { models: Map<string, { runners: Runner[] }> }).models.get(EVAL)!.runners[0]!.arch;
@@ -334,13 +372,13 @@ describe('engine keeping prefilled states for later requests (EVAL_PREFIX_CACHE_
       const e = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { prefixCacheBytesMax: budget } });
       try {
         const run = (p: number[]) => e.scoreBranches(EVAL, { prefixTokens: p, branches: [{ parent: -1, tokens: q }], shareScope: 'u' });
-        const hits0 = await counter(e, 'vllm:prefix_cache_hits_total');
+        const hits0 = await counter('vllm:prefix_cache_hits_total');
         await run(a); // kept
         await run(b); // kept; a out: both do not fit
         await run(a); // runs again, kept; b out
-        const missed = (await counter(e, 'vllm:prefix_cache_hits_total')) - hits0;
+        const missed = (await counter('vllm:prefix_cache_hits_total')) - hits0;
         await run(a); // forks from the kept one
-        const hit = (await counter(e, 'vllm:prefix_cache_hits_total')) - hits0 - missed;
+        const hit = (await counter('vllm:prefix_cache_hits_total')) - hits0 - missed;
         expect(missed).toBe(0);
         expect(hit).toBe(budget ? a.length : 0);
       } finally {
