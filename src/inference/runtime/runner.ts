@@ -218,7 +218,6 @@ export class Runner {
     }
   }
 
-
   /** The worker's pass counts since it started, as seen last: the counter takes the difference. */
   private passesSeen: ModelPasses = noPasses();
   private countPasses(p: ModelPasses): void {

@@ -442,10 +442,11 @@ export class Scheduler {
   private trimKept(): void {
     for (const [key, k] of this.kept) {
       if (this.keptBytes <= this.opts.prefixCacheBytesMax) return;
-      if (k.forking === 0) this.dropKept(key, k);
+      this.dropKept(key, k);
     }
   }
 
+  /** Frees a kept prefix, unless forks from it are in flight. */
   private dropKept(key: string, k: KeptPrefix): void {
     if (k.forking > 0) return;
     this.kept.delete(key);
