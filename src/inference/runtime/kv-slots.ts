@@ -395,28 +395,18 @@ export interface SlotStep {
 }
 
 /**
- * The feeds of a step where row i adds `rows[i].tokens` after what its slot
- * holds (a slot is opened for a new sequence). Rows with fewer tokens than
- * the longest are left-padded; new_bias hides the pads (a pad sees only
- * itself, so no row of scores is all hidden) and cache_bias every position a
- * row has not filled.
+ * A step's token and mask feeds, row i adding `rows[i].tokens` after the `rows[i].len` positions
+ * its cache holds, in a cache of `C` positions a row: rows with fewer tokens than the longest (S)
+ * are left-padded; new_bias hides the pads (a pad sees only itself, so no row of scores is all
+ * hidden) and cache_bias every position a row has not filled.
  */
-export function slotStepFeeds(sl: KvSlots, rows: ReadonlyArray<{ seq: number; tokens: readonly number[] }>): SlotStep {
-  for (const r of rows) sl.open(r.seq);
-  sl.reserve(Math.max(...rows.map((r) => sl.len(r.seq) + r.tokens.length)));
-  const { first, order } = sl.arrange(rows.map((r) => r.seq));
+export function stepRowFeeds(rows: ReadonlyArray<{ tokens: readonly number[]; len: number }>, S: number, C: number): Record<string, ort.Tensor> {
   const B = rows.length;
-  const S = Math.max(...rows.map((r) => r.tokens.length));
-  // Rows that all start empty (a first prompt chunk) read no cache: an empty one goes in, and the
-  // step attends over its own tokens only instead of also over a capacity of hidden positions.
-  const C = sl.emptyCacheFeeds && order.every((row) => sl.len(rows[row]!.seq) === 0) ? 0 : sl.cap;
   const ids = new BigInt64Array(B * S);
   const pos = new BigInt64Array(B * S);
   const cacheBias = new Float32Array(B * C).fill(HIDDEN_BIAS);
   const newBias = new Float32Array(B * S * S).fill(HIDDEN_BIAS);
-  order.forEach((row, i) => {
-    const toks = rows[row]!.tokens;
-    const len = sl.len(rows[row]!.seq);
+  rows.forEach(({ tokens: toks, len }, i) => {
     const off = S - toks.length;
     cacheBias.fill(0, i * C, i * C + len);
     for (let j = 0; j < toks.length; j++) {
@@ -429,12 +419,32 @@ export function slotStepFeeds(sl: KvSlots, rows: ReadonlyArray<{ seq: number; to
       else newBias.fill(0, base + off, base + q + 1);
     }
   });
-  const feeds: Record<string, ort.Tensor> = {
+  return {
     input_ids: new ort.Tensor('int64', ids, [B, S]),
     position_ids: new ort.Tensor('int64', pos, [B, S]),
     cache_bias: new ort.Tensor('float32', cacheBias, [B, 1, 1, C]),
     new_bias: new ort.Tensor('float32', newBias, [B, 1, S, S]),
   };
+}
+
+/**
+ * The feeds of a step where row i adds `rows[i].tokens` after what its slot
+ * holds (a slot is opened for a new sequence): stepRowFeeds' and the slots' cache.
+ */
+export function slotStepFeeds(sl: KvSlots, rows: ReadonlyArray<{ seq: number; tokens: readonly number[] }>): SlotStep {
+  for (const r of rows) sl.open(r.seq);
+  sl.reserve(Math.max(...rows.map((r) => sl.len(r.seq) + r.tokens.length)));
+  const { first, order } = sl.arrange(rows.map((r) => r.seq));
+  const B = rows.length;
+  const S = Math.max(...rows.map((r) => r.tokens.length));
+  // Rows that all start empty (a first prompt chunk) read no cache: an empty one goes in, and the
+  // step attends over its own tokens only instead of also over a capacity of hidden positions.
+  const C = sl.emptyCacheFeeds && order.every((row) => sl.len(rows[row]!.seq) === 0) ? 0 : sl.cap;
+  const feeds = stepRowFeeds(
+    order.map((row) => ({ tokens: rows[row]!.tokens, len: sl.len(rows[row]!.seq) })),
+    S,
+    C,
+  );
   for (const [name, view] of Object.entries(sl.feeds(first, B))) feeds[name] = new ort.Tensor('float32', C ? view : NO_POSITIONS, [B, sl.kvHeads, C, sl.headDim]);
   return { feeds, first, order, counts: order.map((row) => rows[row]!.tokens.length), S };
 }

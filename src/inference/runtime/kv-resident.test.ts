@@ -1,0 +1,110 @@
+import { describe, expect, it } from 'vitest';
+import ort from 'onnxruntime-node';
+import { generateCheckpoint } from '../convert/generate.js';
+import { buildLlamaOnnx, OPSET } from '../convert/onnx-writer.js';
+import { RefSequences } from '../convert/reference.js';
+import { headSize } from '../convert/llama2c.js';
+import { ResidentSlots } from './kv-resident.js';
+import { growGraph, residentGraph } from './resident-graph.js';
+
+// The device-resident cache (resident-graph.ts, kv-resident.ts) driven as the worker drives it,
+// checked against run.c's forward pass one sequence at a time: rows of different lengths in one
+// step (left pads written past the rows' lengths), chunked prompts, a sequence leaving and its
+// slot taken by the next, more sequences than the slots (the grow graph adds slots) and a prompt
+// past the capacity (it adds positions). On the CPU provider the tensor comes back to the host
+// each step; on webgpu (where an adapter opens: Mesa's lavapipe on a machine without a GPU) it
+// stays on the device.
+
+const TOL = 1e-4;
+
+async function webgpuMissing(model: Uint8Array): Promise<string | undefined> {
+  try {
+    const s = await ort.InferenceSession.create(model, { executionProviders: ['webgpu'] });
+    await s.release();
+    return undefined;
+  } catch (e) {
+    return (e as Error).message.split('\n')[0];
+  }
+}
+
+describe('device-resident KV cache', () => {
+  for (const provider of ['cpu', 'webgpu'] as const) {
+    it(`matches the reference through joins, leaves, slot reuse and growth (${provider})`, async (ctx) => {
+      const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 8, nKvHeads: 4, vocabSize: 64, seqLen: 200, seed: 5, std: 0.3 });
+      const layout = { layers: 2, kvHeads: 4, headDim: headSize(ck.config), positionsMax: 200 };
+      const step = residentGraph(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, layout)!;
+      expect(step).toBeDefined();
+      if (provider === 'webgpu') {
+        const missing = await webgpuMissing(step);
+        if (missing) {
+          console.warn(`webgpu resident-cache test skipped: no WebGPU adapter here (${missing})`);
+          ctx.skip();
+        }
+      }
+      const onDevice = provider === 'webgpu' ? { preferredOutputLocation: { logits: 'cpu', kv_cache_out: 'gpu-buffer' } as const } : {};
+      const opts = { intraOpNumThreads: 1, executionProviders: [provider], ...onDevice };
+      const sessions = {
+        step: await ort.InferenceSession.create(step, opts),
+        grow: await ort.InferenceSession.create(growGraph(layout, OPSET), { ...opts, preferredOutputLocation: provider === 'webgpu' ? { kv_cache_out: 'gpu-buffer' } : undefined }),
+      };
+      const kv = new ResidentSlots(layout, sessions);
+      const refs = new RefSequences(ck);
+      const V = ck.config.vocabSize;
+      let maxErr = 0;
+      const run = async (rows: Array<{ seq: number; tokens: number[] }>) => {
+        const logits = await kv.step(rows, (feeds) => sessions.step.run(feeds));
+        rows.forEach((r, b) => {
+          const want = refs.feed(r.seq, r.tokens);
+          for (let i = 0; i < V; i++) maxErr = Math.max(maxErr, Math.abs(logits[b * V + i]! - want[i]!));
+          expect(kv.len(r.seq)).toBe(refs.len(r.seq));
+        });
+      };
+      const tok = (n: number, seed: number) => Array.from({ length: n }, (_, i) => 1 + ((seed * 7 + i * 13) % (V - 1)));
+      await run([
+        { seq: 1, tokens: tok(5, 1) },
+        { seq: 2, tokens: tok(2, 2) },
+        { seq: 3, tokens: tok(9, 3) },
+      ]);
+      for (let i = 0; i < 3; i++) await run([1, 2, 3].map((seq) => ({ seq, tokens: tok(1, seq + i) })));
+      await run([{ seq: 4, tokens: tok(6, 4) }]);
+      await run([
+        { seq: 3, tokens: tok(1, 9) },
+        { seq: 4, tokens: tok(4, 5) },
+        { seq: 1, tokens: tok(1, 8) },
+      ]);
+      // Sequence 2 leaves; sequence 5 takes its slot (its stale positions hidden), rows in any order.
+      expect(kv.delete(2)).toBe(true);
+      expect(kv.has(2)).toBe(false);
+      const bytes = kv.bytes;
+      await run([
+        { seq: 4, tokens: tok(1, 4) },
+        { seq: 5, tokens: tok(3, 6) },
+        { seq: 1, tokens: tok(1, 1) },
+      ]);
+      expect(kv.bytes).toBe(bytes);
+      // More sequences than the 4 slots: the grow graph doubles them, keeping every row's positions.
+      await run([6, 7, 3].map((seq) => ({ seq, tokens: tok(seq === 3 ? 1 : 4, seq) })));
+      expect(kv.bytes).toBe(2 * bytes);
+      expect(kv.onDevice).toBe(provider === 'webgpu');
+      for (let i = 0; i < 2; i++) await run([1, 3, 4, 5, 6, 7].map((seq) => ({ seq, tokens: tok(1, seq * 3 + i) })));
+      // A prompt past the capacity: the grow graph adds positions, still keeping every row's.
+      const cap = kv.cap;
+      await run([{ seq: 8, tokens: tok(cap + 5, 8) }]);
+      expect(kv.cap).toBeGreaterThan(cap);
+      await run([1, 8, 6].map((seq) => ({ seq, tokens: tok(1, seq + 5) })));
+      expect(maxErr).toBeLessThan(TOL);
+      await expect(kv.step([{ seq: 1, tokens: tok(200, 1) }], (feeds) => sessions.step.run(feeds))).rejects.toThrow(/passes the model's 200/);
+      expect(kv.release()).toBe(false);
+      for (const seq of [1, 3, 4, 5, 6, 7, 8]) kv.delete(seq);
+      expect(kv.release()).toBe(true);
+      expect(kv.bytes).toBe(0);
+      // A fresh tensor after the release.
+      await run([{ seq: 9, tokens: tok(3, 9) }]);
+    });
+  }
+
+  it('leaves a graph without one new_key_values output alone', () => {
+    const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, vocabSize: 64, seqLen: 64, seed: 3, std: 0.3 });
+    expect(residentGraph(buildLlamaOnnx(ck, { kvLayout: 'past' }).model, { layers: 2, kvHeads: 2, headDim: headSize(ck.config) })).toBeUndefined();
+  });
+});
