@@ -140,6 +140,10 @@ const envSchema = z.object({
   // sequence's length, so 15 short rows beside one of 900 positions stepped 2.9x slower (m25
   // int4). `false` keeps them in one (runtime/kv-pools.ts, bench/README.md "Long rows apart").
   KV_SPLIT_LONG_ROWS: bool.default(true),
+  // On a GPU provider (webgpu), a chat model's KV cache stays on the device between steps: fed
+  // from the host, every step copied every row's whole cache up (runtime/kv-resident.ts). `false`
+  // keeps it in host memory as on the CPU (for comparison).
+  KV_ON_DEVICE: bool.default(true),
   // Workers per chat model on the CPU, each with its own sequences, the model's requests spread
   // over them (data parallel, as vLLM's --data-parallel-size): a small model's step is too many
   // tiny operators to split over the cores well, and two one-thread steps at once beat one on two

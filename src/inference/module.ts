@@ -30,6 +30,7 @@ export const inferenceModule: Module = {
       prefillSession: c.ORT_PREFILL_SESSION,
       tokensPostIntervalMs: c.TOKENS_POST_INTERVAL_MS,
       kvSplit: c.KV_SPLIT_LONG_ROWS,
+      kvOnDevice: c.KV_ON_DEVICE,
       replicas: c.MODEL_REPLICAS,
       options: { admissionWaitMsMax: c.ADMISSION_WAIT_MS_MAX, prefixCacheBytesMax: c.EVAL_PREFIX_CACHE_MB * 2 ** 20 },
       dtype: c.MODEL_DTYPE,

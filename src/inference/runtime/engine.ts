@@ -52,6 +52,8 @@ export interface EngineConfig {
   replicas?: number;
   /** KV_SPLIT_LONG_ROWS: a chat model's far longer sequences keep their cache apart and step as their own run (kv-pools.ts); default true. */
   kvSplit?: boolean;
+  /** KV_ON_DEVICE: on a GPU provider, a chat model's KV cache stays on the device between steps (kv-resident.ts); default true. */
+  kvOnDevice?: boolean;
   /** MODEL_DTYPE: the weight variant served by every folder that holds it, over cloudgate.json's `dtype` */
   dtype?: ModelDtype;
   options?: Partial<EngineOptions>;
@@ -174,6 +176,7 @@ export class Engine implements InferenceEngine {
           spin: cfg.threadsSpin ?? 'off',
           tokensPostIntervalMs: cfg.tokensPostIntervalMs ?? TOKENS_POST_INTERVAL_MS,
           kvSplit: cfg.kvSplit ?? true,
+          kvOnDevice: cfg.kvOnDevice ?? true,
           modelBytes: modelBytes(modelPath),
         };
         const runners: Runner[] = [];

@@ -71,6 +71,12 @@ export class ResidentSlots {
     return true;
   }
 
+  /** Gives the device tensor back whatever the sequences (the worker is closing); the bookkeeping goes with it. */
+  dispose(): void {
+    this.slotOf.clear();
+    this.release();
+  }
+
   /** Frees the device tensor when no sequence holds a slot; answers whether it did. */
   release(): boolean {
     if (this.slotOf.size || !this.cache) return false;

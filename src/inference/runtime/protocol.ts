@@ -39,6 +39,8 @@ export interface InitMsg {
   tokensPostIntervalMs: number;
   /** A slot-cache model's far longer sequences keep their cache apart and step as their own run, on the CPU (kv-pools.ts). */
   kvSplit: boolean;
+  /** On a GPU provider, a slot-cache model's KV cache stays on the device between steps (kv-resident.ts). */
+  kvOnDevice: boolean;
   /** The graph and its weights on disk: what a second run of a step reads again (kv-pools.ts). */
   modelBytes: number;
   /** The model's context length: no sequence's cache grows past it. */

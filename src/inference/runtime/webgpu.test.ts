@@ -1,13 +1,14 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import * as ort from 'onnxruntime-node';
 import { findStories260k } from '../convert/default-models.js';
 import { evaluationProbabilities, greedyTokens, largestChange, leadingAgreement, writeStoriesVariants } from '../convert/variant-quality.js';
 import { Engine } from './engine.js';
 import { PREFILL_STEP_TOKENS_MIN } from './session-choice.js';
 import { registries } from '../../metrics.js';
+import { log } from '../../log.js';
 
 // EXECUTION_PROVIDER=webgpu: chat and evaluations on onnxruntime's webgpu provider (Dawn on
 // Vulkan) answer as on the CPU. It runs where a Vulkan device is found: a GPU with its driver, or
@@ -63,6 +64,28 @@ describe.skipIf(!stories)('webgpu', () => {
       expect(largestChange(gpu.probs, cpu.probs), `${dtype ?? 'fp32'} evaluation probabilities`).toBeLessThan(dtype ? 0.05 : 1e-3);
     }
   }, 180_000);
+
+  it('keeps a chat model\'s KV cache on the device (KV_ON_DEVICE), answering as the host cache does', async (ctx) => {
+    if (missing) return ctx.skip();
+    const warn = vi.spyOn(log, 'warn');
+    try {
+      const run = async (kvOnDevice: boolean) => {
+        const e = await Engine.load({ modelsDir: dir, executionProvider: 'webgpu', strict: true, intraOpThreads: 1, kvOnDevice });
+        try {
+          // Several streams at once: rows join and leave the device cache's slots while others decode.
+          return await Promise.all(['Once upon a time', 'The little dog', 'One day, a girl named Lily'].map((p) => greedyTokens(e, 's/chat', p)));
+        } finally {
+          await e.close();
+        }
+      };
+      const [device, host] = [await run(true), await run(false)];
+      device.forEach((tokens, i) => expect(leadingAgreement(tokens, host[i]!), `stream ${i}`).toBe(host[i]!.length));
+      // A resident graph that did not load would have been told, and the host cache used instead.
+      expect(warn.mock.calls.filter((c) => String(c[1]).includes('device-resident KV cache'))).toEqual([]);
+    } finally {
+      warn.mockRestore();
+    }
+  }, 120_000);
 
   it('where no adapter opens, EXECUTION_PROVIDER=webgpu falls back to the CPU with the CPU\'s extra sessions, and strict leaves the model out', async (ctx) => {
     if (!missing) return ctx.skip();

@@ -5,6 +5,9 @@ import type { Arch, InitMsg } from './protocol.js';
 import type { LoadedSessions, SessionKind } from './session-choice.js';
 import { spinningSessionConfig, spinSessionConfig } from './spin.js';
 import { prefillGraph } from './prefill-graph.js';
+import { growGraph, residentGraph } from './resident-graph.js';
+import type { ResidentSessions } from './kv-resident.js';
+import { OPSET } from '../convert/onnx-writer.js';
 import { weightTypeHere } from './integer-products.js';
 import { niceThreadsStartedBy, scheduleThisThreadIdle } from './thread-policy.js';
 
@@ -27,6 +30,12 @@ export interface LoadedModel {
   byKind: Record<SessionKind, ort.InferenceSession | undefined>;
   /** Which of the extra sessions loaded. */
   loaded: LoadedSessions;
+  /**
+   * On a GPU provider, a slot-cache model's graph rewritten to keep its cache on the device, and
+   * the graph that grows that cache (kv-resident.ts); undefined on the CPU, with KV_ON_DEVICE off,
+   * or where they did not load (the cache then lives on the host, as on the CPU).
+   */
+  resident: ResidentSessions | undefined;
   /** The shared-prefix graph (branch.onnx) of evaluation models, when there is one and it loaded. */
   branchSession: ort.InferenceSession | undefined;
   /** The branch graph with its block-quantized products as int8 ones, for branch steps of many tokens. */
@@ -60,7 +69,7 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void): 
     session = await createSession(msg.modelPath, { ...base, executionProviders: ['cpu'] });
   }
   // The extra sessions are only ever faster, so one that fails to load is left out with a warning.
-  const extra = async (what: string, without: string, create: () => Promise<ort.InferenceSession | undefined>) => {
+  const extra = async <T = ort.InferenceSession>(what: string, without: string, create: () => Promise<T | undefined>) => {
     try {
       return await create();
     } catch (e) {
@@ -98,6 +107,19 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void): 
   };
   const loaded = { narrow: !!byKind.narrow, spinning: !!byKind.spinning, prefill: !!byKind.prefill, prefillSpinning: !!byKind.prefillSpinning, prefillNarrow: !!byKind.prefillNarrow };
   const { arch, slotCache } = await archOf(session, provider, !!(byKind.prefill || byKind.prefillSpinning));
+  // Only webgpu hands a tensor back on the device (onnxruntime-node's 'gpu-buffer'); elsewhere the cache would go round the host as before.
+  const resident =
+    slotCache && provider === 'webgpu' && msg.kvOnDevice
+      ? await extra('device-resident KV cache', 'every step copies its rows\' cache to the device', async () => {
+          const graph = residentGraph(fs.readFileSync(msg.modelPath), arch);
+          if (!graph) throw new Error('the graph has no new_key_values output (convert it again)');
+          const onDevice = { ...base, executionProviders: [provider] };
+          return {
+            step: await createSession(graph, { ...onDevice, preferredOutputLocation: { logits: 'cpu', kv_cache_out: 'gpu-buffer' } }),
+            grow: await createSession(growGraph(arch, OPSET), { ...onDevice, preferredOutputLocation: { kv_cache_out: 'gpu-buffer' } }),
+          };
+        })
+      : undefined;
 
   let branchSession: ort.InferenceSession | undefined;
   let branchPrefill: ort.InferenceSession | undefined;
@@ -116,7 +138,7 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void): 
       branchPrefill = await extra('prefill branch session', 'branch steps multiply as short ones do', () => prefillSessionOf(branchPath));
     }
   }
-  return { session, byKind, loaded, branchSession, branchPrefill, arch, slotCache };
+  return { session, byKind, loaded, resident, branchSession, branchPrefill, arch, slotCache };
 }
 
 /**

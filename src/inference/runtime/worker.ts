@@ -5,6 +5,7 @@ import { endsGeneration, noPasses, type ModelPasses, type WorkerEvent, type Work
 import { KvStore, type Kv } from './kv.js';
 import { slotStepDone, slotStepFeeds } from './kv-slots.js';
 import { KvPools } from './kv-pools.js';
+import { ResidentSlots } from './kv-resident.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
@@ -31,8 +32,8 @@ interface WorkerState extends LoadedModel {
   /** Picks a branch step's session where `branchPrefill` loaded: its own, since a branch step's cost is not a model step's. */
   branchChoice: SessionChoice | undefined;
   store: KvStore;
-  /** The cache of a slot-cache graph (cache.N.key inputs); the store then stays empty. */
-  slots: KvPools | undefined;
+  /** The cache of a slot-cache graph (cache.N.key inputs), on the device where `resident` loaded; the store then stays empty. */
+  slots: KvPools | ResidentSlots | undefined;
   batch: BatchState | undefined;
   tokenTexts: Array<string | null>;
   /** The last decode run (its message id) the main thread asked to stop after its current step; -1: none. */
@@ -99,7 +100,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   // Capacities bounded by the generations' reach (kv-slots.ts grownCapacity) are measured on the
   // CPU only: on a GPU each new cache shape may cost its kernels' compilation, and none was lent to measure it.
   const slotLayout = { ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: onCpu, ...(onCpu ? { positionsLeft } : {}) };
-  if (w.slotCache) w.slots = new KvPools(slotLayout, msg.modelBytes, msg.kvSplit && onCpu);
+  if (w.slotCache) w.slots = w.resident ? new ResidentSlots({ ...w.arch, positionsMax: msg.positionsMax }, w.resident) : new KvPools(slotLayout, msg.modelBytes, msg.kvSplit && onCpu);
 }
 
 /** The sessions a branch step may run on: its graph as converted, and with its products as int8 ones for many tokens. */
@@ -254,11 +255,19 @@ async function runModel(feeds: Record<string, ort.Tensor>, tokens: number): Prom
   return out;
 }
 
+/** Runs the device-resident graph (kv-resident.ts): a GPU model's one session. */
+function runResident(feeds: Record<string, ort.Tensor>): Promise<ort.InferenceSession.OnnxValueMapType> {
+  w.peers.stepping(w.slots!.live);
+  w.passes.wide++;
+  return w.resident!.step.run(feeds);
+}
+
 /**
  * A step of the slot-cache graph: each row's cache read where it lies, only the step's new keys
  * and values written back; rows whose sequences keep their cache apart (kv-pools.ts) as a run of their own.
  */
 async function slotStep(rows: StepRow[]): Promise<Float32Array> {
+  if (w.slots instanceof ResidentSlots) return w.slots.step(rows, runResident);
   const runs = w.slots!.plan(rows);
   if (runs.length === 1) {
     const st = slotStepFeeds(runs[0]!.pool, rows);
@@ -683,7 +692,7 @@ const WARM_UP_PROMPT_RUNS_MAX = 40;
 async function warmUp(positionsMax: number): Promise<void> {
   if (!w.choice || w.arch.vocab < 1) return;
   try {
-    if (w.slots) await warmUpDecoding(positionsMax);
+    if (w.slots instanceof KvPools) await warmUpDecoding(positionsMax);
     if (w.loaded.prefill) await warmUpLong(positionsMax);
   } catch (e) {
     // Only the first requests' speed depends on it: a model that serves is served without it.
@@ -705,7 +714,7 @@ async function warmUpDecoding(positionsMax: number): Promise<void> {
   if (promptLen < 1) return;
   const tokens = Array.from({ length: promptLen }, (_, i) => i % w.arch.vocab);
   // The prompt's shape once on every session it may run on: onnxruntime plans its memory per shape and session.
-  const { feeds } = slotStepFeeds(w.slots!.near, [{ seq, tokens }]);
+  const { feeds } = slotStepFeeds((w.slots as KvPools).near, [{ seq, tokens }]);
   const kinds = sessionsFor(promptLen, 1, w.loaded);
   for (const k of kinds) await w.byKind[k]!.run(feeds);
   // ... and measured on them until its session is chosen, as the first requests' prompts would be.
@@ -739,6 +748,7 @@ const WARM_UP_LONG_MS_MAX = 4_000;
 async function warmUpLong(positionsMax: number): Promise<void> {
   const len = Math.min(WARM_UP_LONG_PROMPT_TOKENS, positionsMax);
   const rows = [{ seq: WARM_UP_SEQ, tokens: Array.from({ length: len }, (_, i) => i % w.arch.vocab) }];
+  if (w.slots instanceof ResidentSlots) return; // a GPU model has no CPU sessions to choose between
   const feeds = w.slots ? slotStepFeeds(w.slots.near, rows).feeds : stepInputs(rows, [w.store.open(WARM_UP_SEQ, len)], 0, w.arch.hasPositionIds).feeds;
   await w.choice!.measure(len, sessionsFor(len, 1, w.loaded), WARM_UP_LONG_RUNS_MAX, (k) => w.byKind[k]!.run(feeds), WARM_UP_LONG_MS_MAX);
 }
@@ -866,7 +876,9 @@ async function onCommand(msg: WorkerCommand): Promise<void> {
       w.closeRequested = true;
       return serial(msg, async () => {
         try {
-          for (const s of new Set([w.session, ...Object.values(w.byKind ?? {})])) await s?.release();
+          // The device cache first: a gpu-buffer released after its session is gone crashes some onnxruntime-node builds.
+          if (w.slots instanceof ResidentSlots) w.slots.dispose();
+          for (const s of new Set([w.session, ...Object.values(w.byKind ?? {}), w.resident?.step, w.resident?.grow])) await s?.release();
           await w.branchSession?.release();
           await w.branchPrefill?.release();
         } finally {
