@@ -69,12 +69,15 @@ models() {
   du -sh $G/models-*/*/*.onnx
 }
 
-# cloudgate at STREAMS on webgpu and on the CPU: the daemon and the raw ONNX loop of the same file.
+# cloudgate at STREAMS on webgpu (its KV cache on the device, then on the host: KV_ON_DEVICE=false)
+# and on the CPU: the daemon and the raw ONNX loop of the same file (whose cache is on the host).
 cg() {
   local s=$1 dtype=$2
-  for ep in ${EPS:-webgpu cpu}; do
+  for ep in ${EPS:-webgpu webgpu-host cpu}; do
     log "cloudgate $s $dtype on $ep"
-    EXECUTION_PROVIDER=$ep EXECUTION_PROVIDER_STRICT=true timeout 200 node dist/bench/inference.js --model peer/$s --models-dir $G/models-$s --dtype $dtype --streams $STREAMS --seconds $SECS --raw-seconds 3 --ttft first-token 2>&1 | grep -v '"level"'
+    local kv=true
+    [ "$ep" = webgpu-host ] && kv=false
+    KV_ON_DEVICE=$kv EXECUTION_PROVIDER=${ep%-host} EXECUTION_PROVIDER_STRICT=true timeout 200 node dist/bench/inference.js --model peer/$s --models-dir $G/models-$s --dtype $dtype --streams $STREAMS --seconds $SECS --raw-seconds ${RAW_SECS:-3} --ttft first-token 2>&1 | grep -v '"level"'
   done
 }
 

@@ -17,9 +17,9 @@ import { bytesOf } from '../convert/onnx-graph.js';
 //          the slot graph's other inputs as they were (cache_bias covers the capacity).
 // Outputs: logits as they were; kv_cache_out, kv_cache with the step's keys and values written.
 //
-// The rows' caches are gathered in one Gather and one Split (the slot graph's `cache.N.key|value`
-// inputs become those), and the new keys and values written by one ScatterND: three kernels a
-// step more than the slot graph, whatever its layers. A slot's rows need not be consecutive, so
+// The rows' caches are gathered in one Gather and a few Splits (the slot graph's `cache.N.key|value`
+// inputs become those), and the new keys and values written by one ScatterND: five kernels a
+// step more than the slot graph for m25 (16 keys and values), six for m110 (24). A slot's rows need not be consecutive, so
 // rows joining or leaving move no cache. Growing the cache (more slots, more capacity) is the
 // grow graph's, run only when it grows.
 
@@ -27,6 +27,12 @@ const { onnx } = onnxProto;
 const DT = onnx.TensorProto.DataType;
 type ValueInfo = onnxProto.onnx.IValueInfoProto;
 
+/**
+ * Outputs of one Split at most: its shader binds its input and every output as storage buffers,
+ * and WebGPU's default limit is 8 a shader stage (lavapipe's adapter gives 16; one Split of m25's
+ * 16 keys and values needed 17 and failed there).
+ */
+const SPLIT_OUTPUTS_MAX = 7;
 /** Names this adds begin with this. */
 const PREFIX = 'cloudgate.resident';
 
@@ -72,10 +78,21 @@ export function residentGraph(bytes: Uint8Array, layout: ResidentLayout): Uint8A
   const flat = `${PREFIX}.flat`;
   const written = `${PREFIX}.written`;
   const shape = `${PREFIX}.shape`;
+  // [2L, B, KV, C, hd] split in groups of at most SPLIT_OUTPUTS_MAX, then each group into its
+  // [1, B, KV, C, hd] parts: one Split of 2L outputs is one shader of 2L + 1 storage buffers.
+  const groups: Array<{ name: string; parts: string[] }> = [];
+  for (let at = 0; at < parts.length; at += SPLIT_OUTPUTS_MAX) groups.push({ name: `${PREFIX}.group.${groups.length}`, parts: parts.slice(at, at + SPLIT_OUTPUTS_MAX) });
+  const splits =
+    groups.length === 1
+      ? [node('Split', [gathered, i64('split', parts.map(() => 1))], parts, { axis: 0 })]
+      : [
+          node('Split', [gathered, i64('split_groups', groups.map((g) => g.parts.length))], groups.map((g) => g.name), { axis: 0 }),
+          ...groups.map((g, i) => node('Split', [g.name, i64(`split_group_${i}`, g.parts.map(() => 1))], g.parts, { axis: 0 })),
+        ];
   const added = [
     // [2L * slots, KV, C, hd] gathered by [2L, B] -> [2L, B, KV, C, hd], one [1, B, KV, C, hd] a layer's keys or values.
     node('Gather', ['kv_cache', 'kv_rows'], [gathered], { axis: 0 }),
-    node('Split', [gathered, i64('split', cacheNames.map(() => 1))], parts, { axis: 0 }),
+    ...splits,
     ...parts.map((p, i) => node('Squeeze', [p, i64('axis0', [0])], [cacheNames[i]!])),
     node('Reshape', ['kv_cache', i64('rows_of_head_size', [-1, hd])], [flat]),
     node('ScatterND', [flat, 'kv_write', 'new_key_values'], [written]),

@@ -5,7 +5,7 @@ import { endsGeneration, noPasses, type ModelPasses, type WorkerEvent, type Work
 import { KvStore, type Kv } from './kv.js';
 import { slotStepDone, slotStepFeeds } from './kv-slots.js';
 import { KvPools } from './kv-pools.js';
-import { ResidentSlots } from './kv-resident.js';
+import { ResidentSlots, type ResidentLayoutOf } from './kv-resident.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
@@ -100,7 +100,31 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   // Capacities bounded by the generations' reach (kv-slots.ts grownCapacity) are measured on the
   // CPU only: on a GPU each new cache shape may cost its kernels' compilation, and none was lent to measure it.
   const slotLayout = { ...w.arch, positionsMax: msg.positionsMax, emptyCacheFeeds: onCpu, ...(onCpu ? { positionsLeft } : {}) };
-  if (w.slotCache) w.slots = w.resident ? new ResidentSlots({ ...w.arch, positionsMax: msg.positionsMax }, w.resident) : new KvPools(slotLayout, msg.modelBytes, msg.kvSplit && onCpu);
+  const resident = w.slotCache && w.resident ? await residentSlotsThatRun({ ...w.arch, positionsMax: msg.positionsMax }) : undefined;
+  if (w.slotCache) w.slots = resident ?? new KvPools(slotLayout, msg.modelBytes, msg.kvSplit && onCpu);
+}
+
+/**
+ * The device-resident cache, once a prompt step and a decode step have run on it: its kernels are
+ * compiled at their first run, and one the adapter refuses (a shader over its storage-buffer limit
+ * failed so on lavapipe) then leaves the model on the host cache at load instead of failing requests.
+ */
+async function residentSlotsThatRun(layout: ResidentLayoutOf): Promise<ResidentSlots | undefined> {
+  const sessions = w.resident!;
+  const trial = new ResidentSlots(layout, sessions);
+  try {
+    const run = (feeds: Record<string, ort.Tensor>) => sessions.step.run(feeds);
+    await trial.step([{ seq: WARM_UP_SEQ, tokens: [0, 0] }], run);
+    await trial.step([{ seq: WARM_UP_SEQ, tokens: [0] }], run);
+    trial.dispose();
+    return new ResidentSlots(layout, sessions);
+  } catch (e) {
+    trial.dispose();
+    port.postMessage({ type: 'warning', message: `device-resident KV cache not used (${(e as Error).message.split('\n')[0]}); every step copies its rows' cache to the device` } satisfies WorkerEvent);
+    w.resident = undefined;
+    await Promise.all([sessions.step.release(), sessions.grow.release()]);
+    return undefined;
+  }
 }
 
 /** The sessions a branch step may run on: its graph as converted, and with its products as int8 ones for many tokens. */
