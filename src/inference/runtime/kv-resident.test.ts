@@ -109,6 +109,29 @@ describe('device-resident KV cache', () => {
     });
   }
 
+  it('refuses a step that would grow the device tensor past its bound, before running it, and goes on for the others', async () => {
+    const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, vocabSize: 64, seqLen: 200, seed: 3, std: 0.3 });
+    const layout = { layers: 2, kvHeads: 2, headDim: headSize(ck.config), positionsMax: 200 };
+    const sessions = {
+      step: await ort.InferenceSession.create(residentGraph(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, layout)!, { intraOpNumThreads: 1 }),
+      grow: await ort.InferenceSession.create(growGraph(layout, OPSET), { intraOpNumThreads: 1 }),
+    };
+    // 4 slots of 64 positions fit; 4 slots of 80 do not.
+    const fresh = 2 * 2 * 4 * 2 * 64 * headSize(ck.config) * 4;
+    const kv = new ResidentSlots(layout, sessions, fresh);
+    let runs = 0;
+    const run = (feeds: Record<string, ort.Tensor>) => (runs++, sessions.step.run(feeds));
+    await kv.step([{ seq: 1, tokens: [1, 2, 3] }], run);
+    await expect(kv.step([{ seq: 2, tokens: Array.from({ length: 70 }, (_, i) => 1 + (i % 60)) }], run)).rejects.toThrow(/over the \d+ one device buffer may hold/);
+    expect(runs).toBe(1);
+    kv.delete(2);
+    const refs = new RefSequences(ck);
+    refs.feed(1, [1, 2, 3]);
+    const logits = await kv.step([{ seq: 1, tokens: [4] }], run);
+    const want = refs.feed(1, [4]);
+    expect(Math.max(...Array.from(logits, (x, i) => Math.abs(x - want[i]!)))).toBeLessThan(TOL);
+  });
+
   it('leaves a graph without one new_key_values output alone', () => {
     const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, vocabSize: 64, seqLen: 64, seed: 3, std: 0.3 });
     expect(residentGraph(buildLlamaOnnx(ck, { kvLayout: 'past' }).model, { layers: 2, kvHeads: 2, headDim: headSize(ck.config) })).toBeUndefined();

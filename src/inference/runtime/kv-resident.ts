@@ -13,6 +13,14 @@ import type { ResidentLayout } from './resident-graph.js';
 const RESIDENT_SLOTS_MIN = 4;
 /** Capacity a fresh cache starts with (kv-slots.ts SLOT_CAPACITY_MIN_POSITIONS). */
 const RESIDENT_CAPACITY_MIN_POSITIONS = 64;
+/**
+ * Bytes the device tensor may take at most: it is one storage buffer, which the adapter bounds
+ * (onnxruntime asks for the adapter's maxStorageBufferBindingSize; WebGPU's default is 128 MiB,
+ * desktop Vulkan drivers give 2-4 GiB), and a step that fails on the device mid-stream once ended
+ * the process. m25 fits 64 slots of its 1,024 positions, m110 16 (32 of up to 910; slots double). Past it a step fails with
+ * this bound named, before it runs.
+ */
+export const RESIDENT_TENSOR_BYTES_MAX = 2 ** 31;
 
 export interface ResidentSessions {
   /** The rewritten slot graph (residentGraph). */
@@ -36,9 +44,11 @@ export class ResidentSlots {
   private readonly lenAt: number[] = [];
   private readonly free: number[] = [];
 
+  /** @param bytesMax RESIDENT_TENSOR_BYTES_MAX (tests set less). */
   constructor(
     private readonly layout: ResidentLayoutOf,
     private readonly sessions: ResidentSessions,
+    private readonly bytesMax = RESIDENT_TENSOR_BYTES_MAX,
   ) {}
 
   get live(): number {
@@ -158,6 +168,10 @@ export class ResidentSlots {
     const { layers: L, kvHeads: KV, headDim: hd, positionsMax } = this.layout;
     const cap = positions <= this.cap ? this.cap : slotCapacityFor(positions, Math.max(this.cap, RESIDENT_CAPACITY_MIN_POSITIONS), Math.max(positionsMax, positions));
     if (this.cache && slots === this.slotsCap && cap === this.cap) return;
+    const bytes = 2 * L * slots * KV * cap * hd * 4;
+    if (bytes > this.bytesMax) {
+      throw new Error(`the KV cache on the device would take ${bytes} bytes (${slots} sequences' slots of ${cap} positions), over the ${this.bytesMax} one device buffer may hold; fewer concurrent sequences (batchSizeMax) or KV_ON_DEVICE=false (the cache on the host) serve them`);
+    }
     if (!this.cache) {
       // The first tensor goes in from the host, zeroed (what lies past a slot's length is hidden, but must be finite).
       this.cache = new ort.Tensor('float32', new Float32Array(2 * L * slots * KV * cap * hd), [2 * L * slots, KV, cap, hd]);
