@@ -6,6 +6,7 @@ import { RefSequences } from '../convert/reference.js';
 import { headSize } from '../convert/llama2c.js';
 import { ResidentSlots } from './kv-resident.js';
 import { growGraph, residentGraph } from './resident-graph.js';
+import { webgpuMissing } from '../../../test/webgpu-probe.js';
 
 // The device-resident cache (resident-graph.ts, kv-resident.ts) driven as the worker drives it,
 // checked against run.c's forward pass one sequence at a time: rows of different lengths in one
@@ -16,16 +17,6 @@ import { growGraph, residentGraph } from './resident-graph.js';
 // stays on the device.
 
 const TOL = 1e-4;
-
-async function webgpuMissing(model: Uint8Array): Promise<string | undefined> {
-  try {
-    const s = await ort.InferenceSession.create(model, { executionProviders: ['webgpu'] });
-    await s.release();
-    return undefined;
-  } catch (e) {
-    return (e as Error).message.split('\n')[0];
-  }
-}
 
 describe('device-resident KV cache', () => {
   // 9 layers: 18 keys and values, more than one Split may give out on webgpu (resident-graph.ts SPLIT_OUTPUTS_MAX).

@@ -2,30 +2,19 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import * as ort from 'onnxruntime-node';
 import { findStories260k } from '../convert/default-models.js';
 import { evaluationProbabilities, greedyTokens, largestChange, leadingAgreement, writeStoriesVariants } from '../convert/variant-quality.js';
 import { Engine } from './engine.js';
 import { PREFILL_STEP_TOKENS_MIN } from './session-choice.js';
 import { registries } from '../../metrics.js';
 import { log } from '../../log.js';
+import { webgpuMissing } from '../../../test/webgpu-probe.js';
 
 // EXECUTION_PROVIDER=webgpu: chat and evaluations on onnxruntime's webgpu provider (Dawn on
 // Vulkan) answer as on the CPU. It runs where a Vulkan device is found: a GPU with its driver, or
 // Mesa's lavapipe on the CPU (bench/README.md "GPU" says how); elsewhere it is skipped.
 
 const stories = findStories260k();
-
-/** Why webgpu cannot run here, or undefined where it can. */
-async function webgpuMissing(file: string): Promise<string | undefined> {
-  try {
-    const s = await ort.InferenceSession.create(file, { executionProviders: ['webgpu'] });
-    await s.release();
-    return undefined;
-  } catch (e) {
-    return (e as Error).message.split('\n')[0];
-  }
-}
 
 /** The provider and variant cloudgate_engine_model_info says a model runs on. */
 async function providerOf(model: string): Promise<{ provider: string; dtype: string } | undefined> {
