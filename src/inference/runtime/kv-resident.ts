@@ -4,7 +4,7 @@ import type { ResidentLayout } from './resident-graph.js';
 
 // The KV cache of a chat model on a GPU provider, kept on the device (resident-graph.ts says why):
 // one tensor [2 * layers * slots, kvHeads, capacity, headDim] that every step reads and returns
-// updated, which this fed to the next step as it came. Only the bookkeeping is here: which slot
+// updated, fed to the next step as it comes back. Only the bookkeeping is here: which slot
 // each sequence holds and how many positions. A sequence that leaves frees its slot in place (the
 // graph gathers each row's slot, so no slot moves); the tensor grows by the grow graph, and goes
 // when no sequence is left (release).
@@ -17,8 +17,8 @@ const RESIDENT_CAPACITY_MIN_POSITIONS = 64;
  * Bytes the device tensor may take at most: it is one storage buffer, which the adapter bounds
  * (onnxruntime asks for the adapter's maxStorageBufferBindingSize; WebGPU's default is 128 MiB,
  * desktop Vulkan drivers give 2-4 GiB), and a step that fails on the device mid-stream once ended
- * the process. m25 fits 64 slots of its 1,024 positions, m110 16 (32 of up to 910; slots double). Past it a step fails with
- * this bound named, before it runs.
+ * the process. m25 fits 64 slots of its 1,024 positions, m110 16 (32 of up to 910; slots double).
+ * Past it a step fails with this bound named, before it runs.
  */
 export const RESIDENT_TENSOR_BYTES_MAX = 2 ** 31;
 
@@ -57,7 +57,11 @@ export class ResidentSlots {
 
   /** Bytes of the cache tensor: the KV bytes gauge (device memory here). */
   get bytes(): number {
-    return 2 * this.layout.layers * this.slotsCap * this.layout.kvHeads * this.cap * this.layout.headDim * 4;
+    return this.bytesOf(this.slotsCap, this.cap);
+  }
+
+  private bytesOf(slots: number, cap: number): number {
+    return 2 * this.layout.layers * slots * this.layout.kvHeads * cap * this.layout.headDim * 4;
   }
 
   /** Whether the tensor is on the device (a GPU provider's gpu-buffer), not back on the host. */
@@ -89,11 +93,13 @@ export class ResidentSlots {
 
   /** Frees the device tensor when no sequence holds a slot; answers whether it did. */
   release(): boolean {
-    if (this.slotOf.size || !this.cache) return false;
-    this.cache.dispose();
+    if (this.slotOf.size) return false;
+    const had = !!this.cache;
+    this.cache?.dispose();
     this.cache = undefined;
+    // The slots too: a first step refused by the bound leaves slots numbered and no tensor.
     [this.slotsCap, this.cap, this.lenAt.length, this.free.length] = [0, 0, 0, 0];
-    return true;
+    return had;
   }
 
   private open(seq: number): void {
@@ -141,16 +147,20 @@ export class ResidentSlots {
     const slots = rows.map((r) => this.slotOf.get(r.seq)!);
     const kvRows = new BigInt64Array(2 * L * B);
     const kvWrite = new BigInt64Array(2 * L * B * KV * S);
+    // Written as the low halves of the int64s (little-endian; the high halves stay 0): every index is
+    // under 2^31 (a row of the tensor, which RESIDENT_TENSOR_BYTES_MAX bounds), and a BigInt each
+    // would be 16 K allocations a step at 64 rows of m110.
+    const [rows32, write32] = [new Int32Array(kvRows.buffer), new Int32Array(kvWrite.buffer)];
     for (let t = 0; t < 2 * L; t++) {
       for (let b = 0; b < B; b++) {
         const slotRow = t * this.slotsCap + slots[b]!;
-        kvRows[t * B + b] = BigInt(slotRow);
+        rows32[2 * (t * B + b)] = slotRow;
         const [len, n] = [this.lenAt[slots[b]!]!, rows[b]!.tokens.length];
         for (let h = 0; h < KV; h++) {
           const base = (slotRow * KV + h) * C;
           const at = ((t * B + b) * KV + h) * S;
           // Token j of the S (left-padded by S - n) goes to position len + j - (S - n); a pad to len + n + j.
-          for (let j = 0; j < S; j++) kvWrite[at + j] = BigInt(base + (j >= S - n ? len + j - (S - n) : len + n + j));
+          for (let j = 0; j < S; j++) write32[2 * (at + j)] = base + (j >= S - n ? len + j - (S - n) : len + n + j);
         }
       }
     }
@@ -168,7 +178,7 @@ export class ResidentSlots {
     const { layers: L, kvHeads: KV, headDim: hd, positionsMax } = this.layout;
     const cap = positions <= this.cap ? this.cap : slotCapacityFor(positions, Math.max(this.cap, RESIDENT_CAPACITY_MIN_POSITIONS), Math.max(positionsMax, positions));
     if (this.cache && slots === this.slotsCap && cap === this.cap) return;
-    const bytes = 2 * L * slots * KV * cap * hd * 4;
+    const bytes = this.bytesOf(slots, cap);
     if (bytes > this.bytesMax) {
       throw new Error(`the KV cache on the device would take ${bytes} bytes (${slots} sequences' slots of ${cap} positions), over the ${this.bytesMax} one device buffer may hold; fewer concurrent sequences (batchSizeMax) or KV_ON_DEVICE=false (the cache on the host) serve them`);
     }
