@@ -68,6 +68,13 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
+  // Started by a Node parent over IPC (the test and benchmark harness, a supervisor written in
+  // Node), the daemon ends with it, as at a signal: a benchmark that died of a signal left its
+  // daemon running, holding memory and waking under the next benchmarks.
+  if (process.channel) {
+    process.channel.unref();
+    process.on('disconnect', () => stop('parent gone'));
+  }
   daemon = await startDaemon(config, modules);
   if (signals) void shutDown(daemon);
 }

@@ -65,8 +65,10 @@ export function spawnDaemon(env: Record<string, string> = {}, dataDir?: string):
       CHECK_RESPONSE_SCHEMAS: process.env.VITEST ? '1' : '0',
       ...env,
     },
-    stdio: ['ignore', out, out],
+    // The IPC channel only tells the daemon when this process is gone, however it ended (main.ts).
+    stdio: ['ignore', out, out, 'ipc'],
   });
+  proc.channel?.unref();
   fs.closeSync(out);
   let exitCode: number | NodeJS.Signals | undefined;
   const exited = new Promise<number | NodeJS.Signals>((r) => proc.on('exit', (code, signal) => r((exitCode = code ?? signal!))));

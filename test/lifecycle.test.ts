@@ -47,6 +47,41 @@ describe('lifecycle', () => {
     fs.rmSync(dir, { recursive: true, force: true });
   }, 120_000);
 
+  it('shuts down cleanly when the process that started it dies of a signal (its IPC channel closes)', async () => {
+    // A harness of its own: it starts a daemon as the tests do, says where, and is then killed.
+    const harness = `import { startDaemon } from ${JSON.stringify(path.join(repoRoot, 'dist/test/daemon.js'))};
+      const d = await startDaemon();
+      console.log(JSON.stringify({ pid: d.pid, dataDir: d.dataDir }));
+      setInterval(() => {}, 1000);`;
+    const { spawn } = await import('node:child_process');
+    const h = spawn(process.execPath, ['--input-type=module', '-e', harness], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const started = await new Promise<{ pid: number; dataDir: string }>((resolve, reject) => {
+      let out = '';
+      h.stdout!.on('data', (b: Buffer) => {
+        out += b.toString();
+        if (out.includes('\n')) resolve(JSON.parse(out.split('\n')[0]!));
+      });
+      h.on('exit', (code) => reject(new Error(`harness exited with ${code} before its daemon listened`)));
+    });
+    const alive = () => {
+      try {
+        process.kill(started.pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    expect(alive()).toBe(true);
+    h.kill('SIGKILL');
+    const deadline = Date.now() + 60_000;
+    while (alive() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    expect(alive()).toBe(false);
+    // A clean shutdown: the embedded PostgreSQL stopped too, and its pid file is gone.
+    expect(fs.existsSync(path.join(started.dataDir, 'pg', 'postmaster.pid'))).toBe(false);
+    expect(fs.readFileSync(fs.readdirSync(started.dataDir).filter((f) => f.startsWith('daemon-')).map((f) => path.join(started.dataDir, f))[0]!, 'utf8')).toContain('parent gone');
+    fs.rmSync(started.dataDir, { recursive: true, force: true });
+  }, 120_000);
+
   it('refuses a bad setting with exit code 2 naming the variable', () => {
     const r = runMain({ PORT: 'not-a-port' });
     expect(r.status).toBe(2);
