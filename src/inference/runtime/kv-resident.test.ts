@@ -116,6 +116,10 @@ describe('device-resident KV cache', () => {
     await expect(kv.step([{ seq: 2, tokens: Array.from({ length: 70 }, (_, i) => 1 + (i % 60)) }], run)).rejects.toThrow(/over the \d+ one device buffer may hold/);
     expect(runs).toBe(1);
     kv.delete(2);
+    // Where doubling the slots would pass the bound, the slots in use fit exactly: 5 of 64 positions.
+    const five = new ResidentSlots(layout, sessions, (fresh * 5) / 4);
+    for (let seq = 1; seq <= 5; seq++) await five.step([{ seq, tokens: [seq, seq + 1] }], run);
+    expect(five.bytes).toBe((fresh * 5) / 4);
     const refs = new RefSequences(ck);
     refs.feed(1, [1, 2, 3]);
     const logits = await kv.step([{ seq: 1, tokens: [4] }], run);

@@ -137,7 +137,7 @@ export class ResidentSlots {
     for (const r of rows) need = Math.max(need, this.len(r.seq) + S);
     let slotsCap = Math.max(this.slotsCap, RESIDENT_SLOTS_MIN);
     while (slotsCap < this.lenAt.length) slotsCap *= 2;
-    await this.reserve(slotsCap, need);
+    await this.reserve(slotsCap, need, this.lenAt.length);
     const C = this.cap;
     const feeds = stepRowFeeds(
       rows.map((r) => ({ tokens: r.tokens, len: this.len(r.seq) })),
@@ -173,11 +173,18 @@ export class ResidentSlots {
     return out.logits!.data as Float32Array;
   }
 
-  /** Grows the tensor to `slots` slots of at least `positions` positions each (a fresh one the first time). */
-  private async reserve(slots: number, positions: number): Promise<void> {
+  /**
+   * Grows the tensor to `slots` slots of at least `positions` positions each (a fresh one the first
+   * time); where that passes the bound, to the `slotsNeed` slots in use and `positions` exactly.
+   */
+  private async reserve(slots: number, positions: number, slotsNeed: number): Promise<void> {
     const { layers: L, kvHeads: KV, headDim: hd, positionsMax } = this.layout;
-    const cap = positions <= this.cap ? this.cap : slotCapacityFor(positions, Math.max(this.cap, RESIDENT_CAPACITY_MIN_POSITIONS), Math.max(positionsMax, positions));
+    let cap = positions <= this.cap ? this.cap : slotCapacityFor(positions, Math.max(this.cap, RESIDENT_CAPACITY_MIN_POSITIONS), Math.max(positionsMax, positions));
     if (this.cache && slots === this.slotsCap && cap === this.cap) return;
+    if (this.bytesOf(slots, cap) > this.bytesMax) {
+      [slots, cap] = [Math.max(slotsNeed, this.slotsCap), Math.max(positions, this.cap)];
+      if (this.cache && slots === this.slotsCap && cap === this.cap) return;
+    }
     const bytes = this.bytesOf(slots, cap);
     if (bytes > this.bytesMax) {
       throw new Error(`the KV cache on the device would take ${bytes} bytes (${slots} sequences' slots of ${cap} positions), over the ${this.bytesMax} one device buffer may hold; fewer concurrent sequences (batchSizeMax) or KV_ON_DEVICE=false (the cache on the host) serve them`);
