@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateModel } from '../../src/inference/convert/convert.js';
-import { SLOW_STEP_TEST_SHAPE } from '../../src/inference/convert/generate.js';
+import { SLOW_STEP_TEST_SHAPE } from '../test-models.js';
 import { embeddedPostgresPids, fundedKey, spawnDaemon, startDaemon, stopDaemon, type Spawned, type Started } from '../daemon.js';
 
 // A second signal exits at once, with code 1. The model workers were mid-step then, or creating

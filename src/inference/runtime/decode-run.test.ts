@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateModel } from '../convert/convert.js';
-import { SLOW_STEP_TEST_SHAPE } from '../convert/generate.js';
+import { SLOW_STEP_TEST_SHAPE } from '../../../test/test-models.js';
 import { Engine } from './engine.js';
 import type { SamplerSpec } from './protocol.js';
 import type { Runner } from './runner.js';
