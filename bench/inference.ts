@@ -11,6 +11,9 @@ import { prefillGraph } from '../src/inference/runtime/prefill-graph.js';
 import { weightTypeHere } from '../src/inference/runtime/integer-products.js';
 import { loadConfig } from '../src/config.js';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
+import { ResidentSlots } from '../src/inference/runtime/kv-resident.js';
+import { growGraph, residentGraph } from '../src/inference/runtime/resident-graph.js';
+import { OPSET } from '../src/inference/convert/onnx-writer.js';
 
 // Chat throughput through the daemon: N concurrent streams, aggregate
 // completion tokens per second and time to first token, over SSE as a client
@@ -82,6 +85,8 @@ async function rawLoop(modelFile: string, dtype: ModelDtype, B: number, prompt: 
   const runOn = async (feeds: Record<string, ort.Tensor>, tokens: number) =>
     (await choice.run(tokens, sessionsFor(tokens, B, loaded), (k) => sessions[k]!.run(feeds))).out;
   try {
+    // On webgpu the daemon keeps a chat model's cache on the device (KV_ON_DEVICE): so does the loop, with the same graphs.
+    if (sess.inputNames.includes('cache_bias') && provider === 'webgpu' && cfg.KV_ON_DEVICE) return await residentLoop(sess, modelFile, options(threads), B, prompt, steps, seconds);
     if (sess.inputNames.includes('cache_bias')) return await slotLoop(sess, runOn, B, prompt, steps, seconds, provider === 'cpu');
     return await pastLoop(sess, runOn, B, prompt, steps, seconds);
   } finally {
@@ -139,16 +144,57 @@ async function pastLoop(sess: ort.InferenceSession, runOn: RunOn, B: number, pro
 }
 
 /** rawLoop for a slot-cache graph (chat models): the worker's own cache (runtime/kv-slots.ts), with no scheduler, sampler or messages around it. */
-async function slotLoop(sess: ort.InferenceSession, runOn: RunOn, B: number, prompt: number, steps: number, seconds: number, emptyCacheFeeds: boolean): Promise<{ withPrefill: number; decodeOnly: number }> {
+/** The slot graph's cache layout, from its cache inputs. */
+function slotLayoutOf(sess: ort.InferenceSession): { layers: number; kvHeads: number; headDim: number } {
   const meta = sess.inputMetadata.filter((m) => /^cache\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
-  const sl = new KvSlots({ layers: meta.length, kvHeads: Number(meta[0]!.shape[1]), headDim: Number(meta[0]!.shape[3]), positionsMax: prompt + steps, emptyCacheFeeds });
+  return { layers: meta.length, kvHeads: Number(meta[0]!.shape[1]), headDim: Number(meta[0]!.shape[3]) };
+}
+
+async function slotLoop(sess: ort.InferenceSession, runOn: RunOn, B: number, prompt: number, steps: number, seconds: number, emptyCacheFeeds: boolean): Promise<{ withPrefill: number; decodeOnly: number }> {
+  const sl = new KvSlots({ ...slotLayoutOf(sess), positionsMax: prompt + steps, emptyCacheFeeds });
+  return stepLoop(
+    B,
+    prompt,
+    steps,
+    seconds,
+    async (rows) => {
+      const st = slotStepFeeds(sl, rows);
+      return slotStepDone(sl, st, await runOn(st.feeds, rows.length * st.S));
+    },
+    (seq) => sl.delete(seq),
+  );
+}
+
+/** rawLoop with the cache on the device (runtime/kv-resident.ts), as the daemon runs a chat model on webgpu. */
+async function residentLoop(sess: ort.InferenceSession, modelFile: string, options: ort.InferenceSession.SessionOptions, B: number, prompt: number, steps: number, seconds: number): Promise<{ withPrefill: number; decodeOnly: number }> {
+  const layout = slotLayoutOf(sess);
+  const step = await ort.InferenceSession.create(residentGraph(fs.readFileSync(modelFile), layout)!, { ...options, preferredOutputLocation: { logits: 'cpu', kv_cache_out: 'gpu-buffer' } });
+  const grow = await ort.InferenceSession.create(growGraph(layout, OPSET), { ...options, preferredOutputLocation: { kv_cache_out: 'gpu-buffer' } });
+  const kv = new ResidentSlots({ ...layout, positionsMax: prompt + steps }, { step, grow });
+  try {
+    return await stepLoop(B, prompt, steps, seconds, (rows) => kv.step(rows, (feeds) => step.run(feeds)), (seq) => kv.delete(seq));
+  } finally {
+    kv.dispose();
+    await step.release();
+    await grow.release();
+  }
+}
+
+/** B sequences at once: a prompt step, `steps` decode steps with greedy picks, then the next B, for `seconds`. */
+async function stepLoop(
+  B: number,
+  prompt: number,
+  steps: number,
+  seconds: number,
+  stepRows: (rows: Array<{ seq: number; tokens: number[] }>) => Promise<Float32Array>,
+  free: (seq: number) => void,
+): Promise<{ withPrefill: number; decodeOnly: number }> {
   const seqs = Array.from({ length: B }, (_, i) => i);
   let tokens = 0;
   let total = 0;
   let decoding = 0;
   const run = async (n: number) => {
-    const st = slotStepFeeds(sl, seqs.map((seq) => ({ seq, tokens: new Array<number>(n).fill(5) })));
-    const lg = slotStepDone(sl, st, await runOn(st.feeds, B * n));
+    const lg = await stepRows(seqs.map((seq) => ({ seq, tokens: new Array<number>(n).fill(5) })));
     let best = 0;
     for (let j = 1; j < lg.length / B; j++) if (lg[j]! > lg[best]!) best = j;
   };
@@ -158,7 +204,7 @@ async function slotLoop(sess: ort.InferenceSession, runOn: RunOn, B: number, pro
     const t1 = performance.now();
     for (let i = 0; i < steps; i++) await run(1);
     const t2 = performance.now();
-    for (const seq of seqs) sl.delete(seq);
+    for (const seq of seqs) free(seq);
     total += t2 - t0;
     decoding += t2 - t1;
     tokens += B * steps;
