@@ -87,6 +87,16 @@ describe.each(['Dockerfile', 'Dockerfile.gpu'])('%s', (file) => {
   });
 });
 
+describe('Dockerfile.gpu', () => {
+  const stage = finalStage(parse('Dockerfile.gpu'));
+  it('runs the measured GPU path: webgpu, with the Vulkan loader and the driver capability that mounts its ICD', () => {
+    const env = stage.filter((i) => i.op === 'ENV').map((i) => i.args).join(' ');
+    expect(env).toMatch(/\bEXECUTION_PROVIDER=webgpu\b/);
+    expect(env).toMatch(/\bNVIDIA_DRIVER_CAPABILITIES=\S*\bgraphics\b/);
+    expect(stage.some((i) => i.op === 'RUN' && /apt-get install[^&]*\blibvulkan1\b/.test(i.args))).toBe(true);
+  });
+});
+
 describe('npm ci (Node 20 outside the image)', () => {
   it("installs an HTTP server whose native binary carries this Node's ABI", () => {
     const require = createRequire(import.meta.url);
