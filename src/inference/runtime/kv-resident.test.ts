@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import ort from 'onnxruntime-node';
+import onnxProto from 'onnx-proto';
 import { generateCheckpoint } from '../convert/generate.js';
 import { buildLlamaOnnx, OPSET } from '../convert/onnx-writer.js';
 import { RefSequences } from '../convert/reference.js';
@@ -127,8 +128,14 @@ describe('device-resident KV cache', () => {
     expect(Math.max(...Array.from(logits, (x, i) => Math.abs(x - want[i]!)))).toBeLessThan(TOL);
   });
 
-  it('leaves a graph without one new_key_values output alone', () => {
+  it('leaves a graph without one new_key_values output, or with its weights in another file, alone', () => {
     const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, vocabSize: 64, seqLen: 64, seed: 3, std: 0.3 });
-    expect(residentGraph(buildLlamaOnnx(ck, { kvLayout: 'past' }).model, { layers: 2, kvHeads: 2, headDim: headSize(ck.config) })).toBeUndefined();
+    const layout = { layers: 2, kvHeads: 2, headDim: headSize(ck.config) };
+    expect(residentGraph(buildLlamaOnnx(ck, { kvLayout: 'past' }).model, layout)).toBeUndefined();
+    const slots = buildLlamaOnnx(ck, { kvLayout: 'slots' }).model;
+    expect(residentGraph(slots, layout)).toBeDefined();
+    const model = onnxProto.onnx.ModelProto.decode(slots);
+    model.graph!.initializer![0]!.dataLocation = onnxProto.onnx.TensorProto.DataLocation.EXTERNAL;
+    expect(residentGraph(onnxProto.onnx.ModelProto.encode(model).finish(), layout)).toBeUndefined();
   });
 });

@@ -42,6 +42,18 @@ const valueInfo = (name: string, elemType: number, dims: Array<number | string>)
   type: { tensorType: { elemType, shape: { dim: dims.map(dim) } } },
 });
 
+/** An int64 initializer of `values`. */
+const i64Init = (name: string, values: number[]) => ({ name, dataType: DT.INT64, dims: [values.length], rawData: bytesOf(BigInt64Array.from(values.map(BigInt))) });
+
+/** A node named after its first output, with integer attributes. */
+const intNode = (opType: string, input: string[], output: string[], attrs: Record<string, number> = {}) => ({
+  opType,
+  input,
+  output,
+  name: output[0],
+  attribute: Object.entries(attrs).map(([name, i]) => ({ name, type: onnx.AttributeProto.AttributeType.INT, i })),
+});
+
 /** The cache layout the rewritten graph was made for: what the worker lays kv_cache out by. */
 export interface ResidentLayout {
   layers: number;
@@ -51,7 +63,8 @@ export interface ResidentLayout {
 
 /**
  * The slot-cache graph `bytes` rewritten for a device-resident cache, or undefined where it is not
- * a slot-cache graph with one `new_key_values` output (folders converted before cloudgate-convert/4).
+ * a slot-cache graph with one `new_key_values` output (folders converted before cloudgate-convert/4)
+ * and its weights inside it.
  */
 export function residentGraph(bytes: Uint8Array, layout: ResidentLayout): Uint8Array | undefined {
   const model = onnx.ModelProto.decode(bytes);
@@ -61,18 +74,14 @@ export function residentGraph(bytes: Uint8Array, layout: ResidentLayout): Uint8A
   const cacheNames = Array.from({ length: L }, (_, l) => [`cache.${l}.key`, `cache.${l}.value`]).flat();
   const inputs = new Set(graph.input.map((i) => i.name));
   if (!cacheNames.every((n) => inputs.has(n)) || !graph.output.some((o) => o.name === 'new_key_values')) return undefined;
+  // Weights in a file beside the graph are not found from the rewritten bytes.
+  if ((graph.initializer ?? []).some((t) => t.dataLocation === onnx.TensorProto.DataLocation.EXTERNAL)) return undefined;
+  const added: onnxProto.onnx.ITensorProto[] = [];
   const i64 = (name: string, values: number[]) => {
-    graph.initializer!.push({ name: `${PREFIX}.${name}`, dataType: DT.INT64, dims: [values.length], rawData: bytesOf(BigInt64Array.from(values.map(BigInt))) });
+    added.push(i64Init(`${PREFIX}.${name}`, values));
     return `${PREFIX}.${name}`;
   };
-  graph.initializer ??= [];
-  const node = (opType: string, input: string[], output: string[], attrs: Record<string, number> = {}) => ({
-    opType,
-    input,
-    output,
-    name: `${PREFIX}.${opType}.${output[0]}`,
-    attribute: Object.entries(attrs).map(([name, i]) => ({ name, type: onnx.AttributeProto.AttributeType.INT, i })),
-  });
+  const node = (opType: string, input: string[], output: string[], attrs: Record<string, number> = {}) => ({ ...intNode(opType, input, output, attrs), name: `${PREFIX}.${opType}.${output[0]}` });
   const gathered = `${PREFIX}.rows`;
   const parts = cacheNames.map((n) => `${PREFIX}.part.${n}`);
   const flat = `${PREFIX}.flat`;
@@ -89,20 +98,19 @@ export function residentGraph(bytes: Uint8Array, layout: ResidentLayout): Uint8A
           node('Split', [gathered, i64('split_groups', groups.map((g) => g.parts.length))], groups.map((g) => g.name), { axis: 0 }),
           ...groups.map((g, i) => node('Split', [g.name, i64(`split_group_${i}`, g.parts.map(() => 1))], g.parts, { axis: 0 })),
         ];
-  const added = [
+  const axis0 = i64('axis0', [0]);
+  const nodes = [
     // [2L * slots, KV, C, hd] gathered by [2L, B] -> [2L, B, KV, C, hd], one [1, B, KV, C, hd] a layer's keys or values.
     node('Gather', ['kv_cache', 'kv_rows'], [gathered], { axis: 0 }),
     ...splits,
-    ...parts.map((p, i) => node('Squeeze', [p, i64('axis0', [0])], [cacheNames[i]!])),
+    ...parts.map((p, i) => node('Squeeze', [p, axis0], [cacheNames[i]!])),
     node('Reshape', ['kv_cache', i64('rows_of_head_size', [-1, hd])], [flat]),
     node('ScatterND', [flat, 'kv_write', 'new_key_values'], [written]),
     node('Shape', ['kv_cache'], [shape]),
     node('Reshape', [written, shape], ['kv_cache_out']),
   ];
-  // One 'axis0' initializer for every Squeeze (i64 above pushed one per call).
-  const seen = new Set<string>();
-  graph.initializer = graph.initializer.filter((t) => (seen.has(t.name!) ? false : (seen.add(t.name!), true)));
-  graph.node.push(...added);
+  graph.initializer = [...(graph.initializer ?? []), ...added];
+  graph.node.push(...nodes);
   graph.input = [
     ...graph.input.filter((i) => !cacheNames.includes(i.name!)),
     valueInfo('kv_cache', DT.FLOAT, ['kv_cache_rows', KV, 'cache_capacity', hd]),
@@ -124,14 +132,8 @@ export function residentGraph(bytes: Uint8Array, layout: ResidentLayout): Uint8A
  */
 export function growGraph(layout: ResidentLayout, opset: number): Uint8Array {
   const { layers: L, kvHeads: KV, headDim: hd } = layout;
-  const i64 = (name: string, values: number[]) => ({ name, dataType: DT.INT64, dims: [values.length], rawData: bytesOf(BigInt64Array.from(values.map(BigInt))) });
-  const n = (opType: string, input: string[], output: string, attrs: Record<string, number> = {}) => ({
-    opType,
-    input,
-    output: [output],
-    name: output,
-    attribute: Object.entries(attrs).map(([name, i]) => ({ name, type: onnx.AttributeProto.AttributeType.INT, i })),
-  });
+  const i64 = i64Init;
+  const n = (opType: string, input: string[], output: string, attrs: Record<string, number> = {}) => intNode(opType, input, [output], attrs);
   const model = onnx.ModelProto.create({
     irVersion: 8,
     opsetImport: [{ domain: '', version: opset }],

@@ -112,7 +112,7 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void): 
     slotCache && provider === 'webgpu' && msg.kvOnDevice
       ? await extra('device-resident KV cache', 'every step copies its rows\' cache to the device', async () => {
           const graph = residentGraph(fs.readFileSync(msg.modelPath), arch);
-          if (!graph) throw new Error('the graph has no new_key_values output (convert it again)');
+          if (!graph) throw new Error('the graph is not a slot-cache graph with one new_key_values output and its weights inside it (convert it again)');
           const onDevice = { ...base, executionProviders: [provider] };
           return {
             step: await createSession(graph, { ...onDevice, preferredOutputLocation: { logits: 'cpu', kv_cache_out: 'gpu-buffer' } }),

@@ -116,8 +116,8 @@ async function residentSlotsThatRun(layout: ResidentLayoutOf): Promise<ResidentS
     const run = (feeds: Record<string, ort.Tensor>) => sessions.step.run(feeds);
     await trial.step([{ seq: WARM_UP_SEQ, tokens: [0, 0] }], run);
     await trial.step([{ seq: WARM_UP_SEQ, tokens: [0] }], run);
-    trial.dispose();
-    return new ResidentSlots(layout, sessions);
+    trial.dispose(); // its tensor too: the first request makes one of its own size
+    return trial;
   } catch (e) {
     trial.dispose();
     port.postMessage({ type: 'warning', message: `device-resident KV cache not used (${(e as Error).message.split('\n')[0]}); every step copies its rows' cache to the device` } satisfies WorkerEvent);
@@ -770,9 +770,9 @@ const WARM_UP_LONG_RUNS_MAX = 12;
 const WARM_UP_LONG_MS_MAX = 4_000;
 
 async function warmUpLong(positionsMax: number): Promise<void> {
+  if (w.slots instanceof ResidentSlots) return; // a GPU model has no CPU sessions to choose between
   const len = Math.min(WARM_UP_LONG_PROMPT_TOKENS, positionsMax);
   const rows = [{ seq: WARM_UP_SEQ, tokens: Array.from({ length: len }, (_, i) => i % w.arch.vocab) }];
-  if (w.slots instanceof ResidentSlots) return; // a GPU model has no CPU sessions to choose between
   const feeds = w.slots ? slotStepFeeds(w.slots.near, rows).feeds : stepInputs(rows, [w.store.open(WARM_UP_SEQ, len)], 0, w.arch.hasPositionIds).feeds;
   await w.choice!.measure(len, sessionsFor(len, 1, w.loaded), WARM_UP_LONG_RUNS_MAX, (k) => w.byKind[k]!.run(feeds), WARM_UP_LONG_MS_MAX);
 }
