@@ -1,12 +1,14 @@
-import { describe, expect, it } from 'vitest';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
 import ort from 'onnxruntime-node';
-import onnxProto from 'onnx-proto';
 import { generateCheckpoint } from '../convert/generate.js';
 import { buildLlamaOnnx, OPSET } from '../convert/onnx-writer.js';
 import { RefSequences } from '../convert/reference.js';
 import { headSize } from '../convert/llama2c.js';
 import { ResidentSlots } from './kv-resident.js';
-import { growGraph, residentGraph } from './resident-graph.js';
+import { growGraph, residentGraph, residentSessionConfig } from './resident-graph.js';
 import { webgpuMissing } from '../../../test/webgpu-probe.js';
 
 // The device-resident cache (resident-graph.ts, kv-resident.ts) driven as the worker drives it,
@@ -15,25 +17,46 @@ import { webgpuMissing } from '../../../test/webgpu-probe.js';
 // slot taken by the next, more sequences than the slots (the grow graph adds slots) and a prompt
 // past the capacity (it adds positions). On the CPU provider the tensor comes back to the host
 // each step; on webgpu (where an adapter opens: Mesa's lavapipe on a machine without a GPU) it
-// stays on the device.
+// stays on the device. With `external`, the graph keeps its weights in a file beside it (ONNX
+// external data) and loads from the rewritten bytes as the worker loads it.
 
 const TOL = 1e-4;
 
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
+});
+
+/** The slot graph of `ck`, rewritten, and the session config it loads with: its weights written to a folder beside it where `external`. */
+function residentStep(ck: ReturnType<typeof generateCheckpoint>, layout: Parameters<typeof residentGraph>[1], external: boolean): { step: Uint8Array; session: Record<string, string> } {
+  if (!external) return { step: residentGraph(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, layout)!, session: {} };
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cg-resident-'));
+  dirs.push(dir);
+  const built = buildLlamaOnnx(ck, { kvLayout: 'slots', externalDataFile: 'model.onnx.data' });
+  expect(built.data!.byteLength).toBeGreaterThan(built.model.byteLength);
+  const file = path.join(dir, 'model.onnx');
+  fs.writeFileSync(file, built.model);
+  fs.writeFileSync(path.join(dir, 'model.onnx.data'), built.data!);
+  return { step: residentGraph(fs.readFileSync(file), layout)!, session: residentSessionConfig(file) };
+}
+
 describe('device-resident KV cache', () => {
   // 9 layers: 18 keys and values, more than one Split may give out on webgpu (resident-graph.ts SPLIT_OUTPUTS_MAX).
-  for (const [provider, layers] of [
-    ['cpu', 2],
-    ['cpu', 9],
-    ['webgpu', 2],
-    ['webgpu', 9],
+  for (const [provider, layers, external] of [
+    ['cpu', 2, false],
+    ['cpu', 9, false],
+    ['cpu', 2, true],
+    ['webgpu', 2, false],
+    ['webgpu', 9, false],
+    ['webgpu', 2, true],
   ] as const) {
-    it(`matches the reference through joins, leaves, slot reuse and growth (${provider}, ${layers} layers)`, async (ctx) => {
+    it(`matches the reference through joins, leaves, slot reuse and growth (${provider}, ${layers} layers${external ? ', weights in a file beside the graph' : ''})`, async (ctx) => {
       const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: layers, nHeads: 8, nKvHeads: 4, vocabSize: 64, seqLen: 200, seed: 5, std: 0.3 });
       const layout = { layers, kvHeads: 4, headDim: headSize(ck.config), positionsMax: 200 };
-      const step = residentGraph(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, layout)!;
+      const { step, session } = residentStep(ck, layout, external);
       expect(step).toBeDefined();
       if (provider === 'webgpu') {
-        const missing = await webgpuMissing(step);
+        const missing = await webgpuMissing(step, session);
         if (missing) {
           console.warn(`webgpu resident-cache test skipped: no WebGPU adapter here (${missing})`);
           ctx.skip();
@@ -42,7 +65,7 @@ describe('device-resident KV cache', () => {
       const onDevice = provider === 'webgpu' ? { preferredOutputLocation: { logits: 'cpu', kv_cache_out: 'gpu-buffer' } as const } : {};
       const opts = { intraOpNumThreads: 1, executionProviders: [provider], ...onDevice };
       const sessions = {
-        step: await ort.InferenceSession.create(step, opts),
+        step: await ort.InferenceSession.create(step, { ...opts, extra: { session } }),
         grow: await ort.InferenceSession.create(growGraph(layout, OPSET), { ...opts, preferredOutputLocation: provider === 'webgpu' ? { kv_cache_out: 'gpu-buffer' } : undefined }),
       };
       const kv = new ResidentSlots(layout, sessions);
@@ -128,14 +151,16 @@ describe('device-resident KV cache', () => {
     expect(Math.max(...Array.from(logits, (x, i) => Math.abs(x - want[i]!)))).toBeLessThan(TOL);
   });
 
-  it('leaves a graph without one new_key_values output, or with its weights in another file, alone', () => {
+  it('leaves a graph without one new_key_values output alone', () => {
     const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, vocabSize: 64, seqLen: 64, seed: 3, std: 0.3 });
     const layout = { layers: 2, kvHeads: 2, headDim: headSize(ck.config) };
     expect(residentGraph(buildLlamaOnnx(ck, { kvLayout: 'past' }).model, layout)).toBeUndefined();
-    const slots = buildLlamaOnnx(ck, { kvLayout: 'slots' }).model;
-    expect(residentGraph(slots, layout)).toBeDefined();
-    const model = onnxProto.onnx.ModelProto.decode(slots);
-    model.graph!.initializer![0]!.dataLocation = onnxProto.onnx.TensorProto.DataLocation.EXTERNAL;
-    expect(residentGraph(onnxProto.onnx.ModelProto.encode(model).finish(), layout)).toBeUndefined();
+    expect(residentGraph(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, layout)).toBeDefined();
+  });
+
+  it('does not find a graph\'s external weights from its bytes without the model\'s folder', async () => {
+    const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, vocabSize: 64, seqLen: 64, seed: 3, std: 0.3 });
+    const { step } = residentStep(ck, { layers: 2, kvHeads: 2, headDim: headSize(ck.config) }, true);
+    await expect(ort.InferenceSession.create(step, { intraOpNumThreads: 1 })).rejects.toThrow();
   });
 });

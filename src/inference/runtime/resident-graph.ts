@@ -1,3 +1,4 @@
+import path from 'node:path';
 import onnxProto from 'onnx-proto';
 import { bytesOf } from '../convert/onnx-graph.js';
 
@@ -63,8 +64,9 @@ export interface ResidentLayout {
 
 /**
  * The slot-cache graph `bytes` rewritten for a device-resident cache, or undefined where it is not
- * a slot-cache graph with one `new_key_values` output (folders converted before cloudgate-convert/4)
- * and its weights inside it.
+ * a slot-cache graph with one `new_key_values` output (folders converted before cloudgate-convert/4).
+ * Weights in a file beside the graph (ONNX external data: every model past 2 GB, and the converter's
+ * above EXTERNAL_DATA_THRESHOLD_BYTES) stay there; the session finds them by residentSessionConfig.
  */
 export function residentGraph(bytes: Uint8Array, layout: ResidentLayout): Uint8Array | undefined {
   const model = onnx.ModelProto.decode(bytes);
@@ -74,8 +76,6 @@ export function residentGraph(bytes: Uint8Array, layout: ResidentLayout): Uint8A
   const cacheNames = Array.from({ length: L }, (_, l) => [`cache.${l}.key`, `cache.${l}.value`]).flat();
   const inputs = new Set(graph.input.map((i) => i.name));
   if (!cacheNames.every((n) => inputs.has(n)) || !graph.output.some((o) => o.name === 'new_key_values')) return undefined;
-  // Weights in a file beside the graph are not found from the rewritten bytes.
-  if ((graph.initializer ?? []).some((t) => t.dataLocation === onnx.TensorProto.DataLocation.EXTERNAL)) return undefined;
   const added: onnxProto.onnx.ITensorProto[] = [];
   const i64 = (name: string, values: number[]) => {
     added.push(i64Init(`${PREFIX}.${name}`, values));
@@ -122,6 +122,15 @@ export function residentGraph(bytes: Uint8Array, layout: ResidentLayout): Uint8A
   // onnxruntime infers them.
   graph.valueInfo = (graph.valueInfo ?? []).filter((v) => !cacheNames.includes(v.name!));
   return onnx.ModelProto.encode(model).finish();
+}
+
+/**
+ * The session config entries (onnxruntime-node's `extra.session`) a rewritten graph of the model
+ * file `modelPath` loads with: a graph given as bytes has no folder, and onnxruntime resolves its
+ * external data's relative `location` against this one, the model file's own.
+ */
+export function residentSessionConfig(modelPath: string): Record<string, string> {
+  return { model_external_initializers_file_folder_path: path.dirname(path.resolve(modelPath)) };
 }
 
 /**

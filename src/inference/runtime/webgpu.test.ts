@@ -8,6 +8,7 @@ import { Engine } from './engine.js';
 import { PREFILL_STEP_TOKENS_MIN } from './session-choice.js';
 import { registries } from '../../metrics.js';
 import { log } from '../../log.js';
+import onnxProto from 'onnx-proto';
 import { webgpuMissing } from '../../../test/webgpu-probe.js';
 
 // EXECUTION_PROVIDER=webgpu: chat and evaluations on onnxruntime's webgpu provider (Dawn on
@@ -20,6 +21,28 @@ const stories = findStories260k();
 async function providerOf(model: string): Promise<{ provider: string; dtype: string } | undefined> {
   const v = (await registries.inference.getSingleMetric('cloudgate_engine_model_info')!.get()).values.find((x) => x.labels.model_name === model);
   return v && { provider: String(v.labels.provider), dtype: String(v.labels.dtype) };
+}
+
+/** The model file `file` rewritten with its weights in `data` beside it (ONNX external data, as every model past 2 GB keeps them). */
+function weightsBeside(file: string, data: string): void {
+  const { onnx } = onnxProto;
+  const model = onnx.ModelProto.decode(fs.readFileSync(file));
+  const chunks: Uint8Array[] = [];
+  let offset = 0;
+  for (const t of model.graph!.initializer!) {
+    if (!t.rawData || t.rawData.length < 1024) continue;
+    t.dataLocation = onnx.TensorProto.DataLocation.EXTERNAL;
+    t.externalData = [
+      { key: 'location', value: path.basename(data) },
+      { key: 'offset', value: String(offset) },
+      { key: 'length', value: String(t.rawData.length) },
+    ];
+    chunks.push(t.rawData);
+    offset += t.rawData.length;
+    t.rawData = new Uint8Array(0);
+  }
+  fs.writeFileSync(data, Buffer.concat(chunks));
+  fs.writeFileSync(file, onnx.ModelProto.encode(model).finish());
 }
 
 describe.skipIf(!stories)('webgpu', () => {
@@ -54,12 +77,16 @@ describe.skipIf(!stories)('webgpu', () => {
     }
   }, 180_000);
 
-  it('keeps a chat model\'s KV cache on the device (KV_ON_DEVICE), answering as the host cache does', async (ctx) => {
+  it('keeps a chat model\'s KV cache on the device (KV_ON_DEVICE), answering as the host cache does, with its weights inside the graph or beside it', async (ctx) => {
     if (missing) return ctx.skip();
+    // The chat model again with its weights in a file beside the graph: the rewritten graph finds them there.
+    const beside = path.join(dir, 'beside');
+    fs.cpSync(path.join(dir, 'chat'), path.join(beside, 'chat'), { recursive: true });
+    weightsBeside(path.join(beside, 'chat', 'model.onnx'), path.join(beside, 'chat', 'model.onnx.data'));
     const warn = vi.spyOn(log, 'warn');
     try {
-      const run = async (kvOnDevice: boolean) => {
-        const e = await Engine.load({ modelsDir: dir, executionProvider: 'webgpu', strict: true, intraOpThreads: 1, kvOnDevice });
+      const run = async (kvOnDevice: boolean, modelsDir = dir) => {
+        const e = await Engine.load({ modelsDir, executionProvider: 'webgpu', strict: true, intraOpThreads: 1, kvOnDevice });
         try {
           // Several streams at once: rows join and leave the device cache's slots while others decode.
           return await Promise.all(['Once upon a time', 'The little dog', 'One day, a girl named Lily'].map((p) => greedyTokens(e, 's/chat', p)));
@@ -67,8 +94,9 @@ describe.skipIf(!stories)('webgpu', () => {
           await e.close();
         }
       };
-      const [device, host] = [await run(true), await run(false)];
+      const [device, host, deviceBeside] = [await run(true), await run(false), await run(true, beside)];
       device.forEach((tokens, i) => expect(leadingAgreement(tokens, host[i]!), `stream ${i}`).toBe(host[i]!.length));
+      deviceBeside.forEach((tokens, i) => expect(leadingAgreement(tokens, host[i]!), `stream ${i}, weights beside the graph`).toBe(host[i]!.length));
       // A resident graph that did not load would have been told, and the host cache used instead.
       expect(warn.mock.calls.filter((c) => String(c[1]).includes('device-resident KV cache'))).toEqual([]);
     } finally {

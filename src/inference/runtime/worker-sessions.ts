@@ -5,7 +5,7 @@ import type { Arch, InitMsg } from './protocol.js';
 import type { LoadedSessions, SessionKind } from './session-choice.js';
 import { spinningSessionConfig, spinSessionConfig } from './spin.js';
 import { prefillGraph } from './prefill-graph.js';
-import { growGraph, residentGraph } from './resident-graph.js';
+import { growGraph, residentGraph, residentSessionConfig } from './resident-graph.js';
 import type { ResidentSessions } from './kv-resident.js';
 import { OPSET } from '../convert/onnx-writer.js';
 import { weightTypeHere } from './integer-products.js';
@@ -17,8 +17,11 @@ import { niceThreadsStartedBy, scheduleThisThreadIdle } from './thread-policy.js
 
 /** What a worker loaded for its model. */
 export interface LoadedModel {
-  /** The graph as converted on InitMsg's provider (or on CPU where that provider failed and `strict` is off). */
-  session: ort.InferenceSession;
+  /**
+   * The graph as converted on InitMsg's provider (or on CPU where that provider failed and `strict` is
+   * off); undefined once a GPU model's device cache has run (worker.ts releaseSlotGraph).
+   */
+  session: ort.InferenceSession | undefined;
   /**
    * The sessions by kind (session-choice.ts): `wide` is `session`; `narrow` the same graph on one
    * intra-op thread, for steps of a few tokens; `spinning` the same graph on every core with
@@ -112,10 +115,11 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void): 
     slotCache && provider === 'webgpu' && msg.kvOnDevice
       ? await extra('device-resident KV cache', 'every step copies its rows\' cache to the device', async () => {
           const graph = residentGraph(fs.readFileSync(msg.modelPath), arch);
-          if (!graph) throw new Error('the graph is not a slot-cache graph with one new_key_values output and its weights inside it (convert it again)');
+          if (!graph) throw new Error('the graph is not a slot-cache graph with one new_key_values output (convert it again)');
           const onDevice = { ...base, executionProviders: [provider] };
+          const stepConfig = { ...spinSessionConfig(msg.spin), ...residentSessionConfig(msg.modelPath) };
           return {
-            step: await createSession(graph, { ...onDevice, preferredOutputLocation: { logits: 'cpu', kv_cache_out: 'gpu-buffer' } }),
+            step: await createSession(graph, { ...onDevice, extra: { session: stepConfig }, preferredOutputLocation: { logits: 'cpu', kv_cache_out: 'gpu-buffer' } }),
             grow: await createSession(growGraph(arch, OPSET), { ...onDevice, preferredOutputLocation: { kv_cache_out: 'gpu-buffer' } }),
           };
         })
