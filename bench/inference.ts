@@ -13,6 +13,7 @@ import { loadConfig } from '../src/config.js';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
 import { ResidentSlots } from '../src/inference/runtime/kv-resident.js';
 import { growGraph, residentGraph } from '../src/inference/runtime/resident-graph.js';
+import { withRewrittenGraphConfig } from '../src/inference/runtime/external-data.js';
 import { OPSET } from '../src/inference/convert/onnx-writer.js';
 
 // Chat throughput through the daemon: N concurrent streams, aggregate
@@ -74,9 +75,10 @@ async function rawLoop(modelFile: string, dtype: ModelDtype, B: number, prompt: 
   const loaded = provider === 'cpu' ? extraSessionsFor(modelFile, threads, dtype, allow) : { narrow: false, spinning: false, prefill: false, prefillSpinning: false };
   const narrow = loaded.narrow ? await ort.InferenceSession.create(modelFile, options(1)) : undefined;
   const spinning = loaded.spinning ? await ort.InferenceSession.create(modelFile, { ...options(threads), extra: { session: spinningSessionConfig() } }) : undefined;
-  const prefillBytes = loaded.prefill ? prefillGraph(fs.readFileSync(modelFile), await weightTypeHere()) : undefined;
-  const prefill = prefillBytes ? await ort.InferenceSession.create(prefillBytes, options(threads)) : undefined;
-  const prefillSpinning = prefillBytes && loaded.prefillSpinning ? await ort.InferenceSession.create(prefillBytes, { ...options(threads), extra: { session: spinningSessionConfig() } }) : undefined;
+  // As the daemon's worker loads them (runtime/worker-sessions.ts): weights beside the graph found from its folder.
+  const prefillBytes = loaded.prefill ? prefillGraph(fs.readFileSync(modelFile), await weightTypeHere(), path.dirname(modelFile)) : undefined;
+  const prefill = prefillBytes ? await ort.InferenceSession.create(prefillBytes, withRewrittenGraphConfig(options(threads), modelFile)) : undefined;
+  const prefillSpinning = prefillBytes && loaded.prefillSpinning ? await ort.InferenceSession.create(prefillBytes, withRewrittenGraphConfig({ ...options(threads), extra: { session: spinningSessionConfig() } }, modelFile)) : undefined;
   loaded.prefill = !!prefill;
   loaded.prefillSpinning = !!prefillSpinning;
   // The raw loop is one worker's: no replicas, so no one-thread prefill session.
@@ -168,7 +170,7 @@ async function slotLoop(sess: ort.InferenceSession, runOn: RunOn, B: number, pro
 /** rawLoop with the cache on the device (runtime/kv-resident.ts), as the daemon runs a chat model on webgpu. */
 async function residentLoop(sess: ort.InferenceSession, modelFile: string, options: ort.InferenceSession.SessionOptions, B: number, prompt: number, steps: number, seconds: number): Promise<{ withPrefill: number; decodeOnly: number }> {
   const layout = slotLayoutOf(sess);
-  const step = await ort.InferenceSession.create(residentGraph(fs.readFileSync(modelFile), layout)!, { ...options, preferredOutputLocation: { logits: 'cpu', kv_cache_out: 'gpu-buffer' } });
+  const step = await ort.InferenceSession.create(residentGraph(fs.readFileSync(modelFile), layout)!, withRewrittenGraphConfig({ ...options, preferredOutputLocation: { logits: 'cpu', kv_cache_out: 'gpu-buffer' } as const }, modelFile));
   const grow = await ort.InferenceSession.create(growGraph(layout, OPSET), { ...options, preferredOutputLocation: { kv_cache_out: 'gpu-buffer' } });
   const kv = new ResidentSlots({ ...layout, positionsMax: prompt + steps }, { step, grow });
   try {

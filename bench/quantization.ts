@@ -37,7 +37,7 @@ async function main() {
     for (const kind of ['chat', 'evaluation']) {
       fs.cpSync(path.join(dir, kind), path.join(int8Dir, kind), { recursive: true });
       for (const f of fs.readdirSync(path.join(int8Dir, kind)).filter((n) => n.endsWith('.onnx'))) {
-        const g = prefillGraph(fs.readFileSync(path.join(int8Dir, kind, f)), await weightTypeHere());
+        const g = prefillGraph(fs.readFileSync(path.join(int8Dir, kind, f)), await weightTypeHere(), path.join(int8Dir, kind));
         if (g) fs.writeFileSync(path.join(int8Dir, kind, f), g);
       }
     }

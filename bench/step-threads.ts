@@ -1,8 +1,10 @@
 import ort from 'onnxruntime-node';
 import fs from 'node:fs';
+import path from 'node:path';
 import os from 'node:os';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
 import { prefillGraph } from '../src/inference/runtime/prefill-graph.js';
+import { withRewrittenGraphConfig } from '../src/inference/runtime/external-data.js';
 import { weightTypeHere } from '../src/inference/runtime/integer-products.js';
 import { spinningSessionConfig, spinSessionConfig, type ThreadSpin } from '../src/inference/runtime/spin.js';
 import { benchArgs, fmt, machine, median } from './lib.js';
@@ -27,7 +29,7 @@ const PROMPT_TOKENS = 20;
 const DECODE_STEPS = Number(args.get('steps') ?? 64);
 if (!Number.isInteger(DECODE_STEPS) || DECODE_STEPS < 1) throw new Error(`--steps: a whole number of decode steps, at least 1 (got ${args.get('steps')})`);
 
-const graph = args.has('int8-products') ? prefillGraph(fs.readFileSync(file), await weightTypeHere()) : undefined;
+const graph = args.has('int8-products') ? prefillGraph(fs.readFileSync(file), await weightTypeHere(), path.dirname(file)) : undefined;
 if (args.has('int8-products') && !graph) throw new Error(`${file} has no block-quantized products to rewrite`);
 
 async function open(threads: number, spin: ThreadSpin): Promise<ort.InferenceSession> {
@@ -38,7 +40,7 @@ async function open(threads: number, spin: ThreadSpin): Promise<ort.InferenceSes
     // the spinning session as the daemon loads it
     extra: { session: spin === 'run' ? spinningSessionConfig() : spinSessionConfig(spin) },
   };
-  return graph ? ort.InferenceSession.create(graph, opts) : ort.InferenceSession.create(file!, opts);
+  return graph ? ort.InferenceSession.create(graph, withRewrittenGraphConfig(opts, file!)) : ort.InferenceSession.create(file!, opts);
 }
 
 /** One pass: a 20-token prompt for each of B rows, then DECODE_STEPS decode steps; answers the prompt step's ms and each decode step's, with the slot capacity it read (a step that grows it reads the grown one). */

@@ -8,7 +8,8 @@ import { buildLlamaOnnx, OPSET } from '../convert/onnx-writer.js';
 import { RefSequences } from '../convert/reference.js';
 import { headSize } from '../convert/llama2c.js';
 import { ResidentSlots } from './kv-resident.js';
-import { growGraph, residentGraph, residentSessionConfig } from './resident-graph.js';
+import { growGraph, residentGraph } from './resident-graph.js';
+import { rewrittenGraphSessionConfig } from './external-data.js';
 import { webgpuMissing } from '../../../test/webgpu-probe.js';
 
 // The device-resident cache (resident-graph.ts, kv-resident.ts) driven as the worker drives it,
@@ -37,7 +38,7 @@ function residentStep(ck: ReturnType<typeof generateCheckpoint>, layout: Paramet
   const file = path.join(dir, 'model.onnx');
   fs.writeFileSync(file, built.model);
   fs.writeFileSync(path.join(dir, 'model.onnx.data'), built.data!);
-  return { step: residentGraph(fs.readFileSync(file), layout)!, session: residentSessionConfig(file) };
+  return { step: residentGraph(fs.readFileSync(file), layout)!, session: rewrittenGraphSessionConfig(file) };
 }
 
 describe('device-resident KV cache', () => {

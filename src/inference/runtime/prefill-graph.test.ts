@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -9,6 +10,8 @@ import { linear, MATMUL_NBITS_ACCURACY_LEVEL, type WeightFormat } from '../conve
 import { fp16BitsToFp32, QUANT_BLOCK_ELEMENTS, quantizeMatrix } from '../convert/quantize.js';
 import { mulberry32 } from './sampler.js';
 import { prefillGraph } from './prefill-graph.js';
+import { withRewrittenGraphConfig } from './external-data.js';
+import { weightsBeside } from '../../../test/weights-beside.js';
 import { extremeProductIsExact, weightTypeHere, type WeightType } from './integer-products.js';
 
 const K = 96; // three blocks of 32: an odd count, so 4-bit zero points pad each column to a byte
@@ -246,6 +249,39 @@ describe('prefillGraph', () => {
     };
     const [before, after] = [await outs(g), await outs(rewritten)];
     for (const o of ['scores', 'context']) expect(worstDiff(after[o]!.data as Float32Array, before[o]!.data as Float32Array), o).toBeLessThan(1e-5);
+  });
+
+  it('reads weights kept in a file beside the graph from its folder, and answers as with them inside', async () => {
+    const inside = handWritten('uint8', 2);
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cg-prefill-'));
+    try {
+      const file = path.join(dir, 'model.onnx');
+      fs.writeFileSync(file, inside);
+      // Scales and zero points beside it too.
+      weightsBeside(file, path.join(dir, 'model.onnx.data'), 16);
+      const beside = fs.readFileSync(file);
+      expect(() => prefillGraph(beside, weightType)).toThrow(/beside the graph/);
+      const rewritten = prefillGraph(beside, weightType, dir)!;
+      expect(nodes(rewritten, 'MatMulIntegerToFloat')).toHaveLength(2);
+      const runWith = async (bytes: Uint8Array, opts: ort.InferenceSession.SessionOptions) => {
+        const s = await ort.InferenceSession.create(bytes, opts);
+        try {
+          const out = await s.run({ x: new ort.Tensor('float32', A, [M, K]) });
+          return [out.y0!.data, out.y1!.data] as Float32Array[];
+        } finally {
+          await s.release();
+        }
+      };
+      const want = await runWith(rewrite(inside)!, { intraOpNumThreads: 1 });
+      const got = await runWith(rewritten, withRewrittenGraphConfig({ intraOpNumThreads: 1 }, file));
+      expect(got).toEqual(want);
+      // A file outside the model's folder is not read.
+      const model = onnxProto.onnx.ModelProto.decode(beside);
+      model.graph!.initializer!.find((t) => t.name === 'w.q')!.externalData![0]!.value = '../model.onnx.data';
+      expect(() => prefillGraph(onnxProto.onnx.ModelProto.encode(model).finish(), weightType, dir)).toThrow(/outside the model's folder/);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('leaves graphs without block-quantized products alone', () => {

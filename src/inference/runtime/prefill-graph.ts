@@ -2,6 +2,7 @@ import onnxProto from 'onnx-proto';
 import { fp16BitsToFp32 } from '../convert/quantize.js';
 import { bytesOf } from '../convert/onnx-graph.js';
 import { INT8_MAX, integerProductInputs, ZERO_POINT_UINT8, type WeightType } from './integer-products.js';
+import { isExternal, withData } from './external-data.js';
 
 // The graph of a model with block-quantized weights (MatMulNBits, 4 or 8 bits) for long steps
 // (the "prefill" session of session-choice.ts): every such product rewritten as an integer matrix
@@ -40,6 +41,12 @@ const FLOAT32_ACCURACY_LEVEL = 0;
 const REDUCE_AXES_INPUT_OPSET = 18;
 /** Names this adds to a graph begin with this. */
 const PREFIX = 'cloudgate.int8';
+/**
+ * Bytes the rewritten graph may take: protobuf's bound on one message, which onnxruntime reads a
+ * graph from memory as (2 GiB, less a margin for the encoding). The int8 weights it adds are one
+ * byte a parameter, so a model of more than ~2 billion parameters has no prefill graph.
+ */
+const GRAPH_BYTES_MAX = 2 ** 31 - 2 ** 24;
 
 type Tensor = onnxProto.onnx.ITensorProto;
 type Node = onnxProto.onnx.INodeProto;
@@ -93,14 +100,15 @@ function floatData(t: Tensor): Float32Array | undefined {
  * block-quantized data is column-major): m110's prefill graph took 2.9 s to make through a whole
  * float32 copy rounded afterwards, 2.0 s this way.
  */
-function perColumnInt8(node: Node, inits: Map<string, Tensor>, weightType: WeightType): { q: Uint8Array; scale: Float32Array } | undefined {
+function perColumnInt8(node: Node, init: (name: string) => Tensor | undefined, weightType: WeightType): { q: Uint8Array; scale: Float32Array } | undefined {
   const [, bName, sName, zName] = node.input ?? [];
   const K = attr(node, 'K');
   const N = attr(node, 'N');
   const bits = attr(node, 'bits') ?? 4;
   const block = attr(node, 'block_size');
-  const data = bName ? inits.get(bName) && uint8Data(inits.get(bName)!) : undefined;
-  const scales = sName ? inits.get(sName) && floatData(inits.get(sName)!) : undefined;
+  const [b, s] = [bName ? init(bName) : undefined, sName ? init(sName) : undefined];
+  const data = b && uint8Data(b);
+  const scales = s && floatData(s);
   if (!K || !N || !block || !data || !scales || (bits !== 4 && bits !== 8)) return undefined;
   const blocks = Math.ceil(K / block);
   const blob = (block * bits) / 8;
@@ -108,7 +116,7 @@ function perColumnInt8(node: Node, inits: Map<string, Tensor>, weightType: Weigh
   // Zero points: none (2^(bits-1)), uint8 (packed 8 / bits a byte, each column padded to a byte) or float.
   let zero: (n: number, b: number) => number = () => 2 ** (bits - 1);
   if (zName) {
-    const z = inits.get(zName);
+    const z = init(zName);
     if (!z) return undefined;
     const zBytes = uint8Data(z);
     const zFloat = zBytes ? undefined : floatData(z);
@@ -145,17 +153,24 @@ function perColumnInt8(node: Node, inits: Map<string, Tensor>, weightType: Weigh
 
 /**
  * The graph `bytes` with every MatMulNBits product it can rewrite as an int8 one (see above),
- * or undefined when it has none (nothing to gain) or keeps its weights in a side file (a graph
- * loaded from memory could not find it). `weightType`: how the weights are stored, this CPU's
- * `weightTypeHere()` (integer-products.ts).
+ * or undefined when it has none (nothing to gain). `weightType`: how the weights are stored, this
+ * CPU's `weightTypeHere()` (integer-products.ts). Weights kept in a file beside the graph are read
+ * from `dir`, the model file's folder; the ones the rewrite leaves stay there, so its session loads
+ * with external-data.ts `rewrittenGraphSessionConfig`. Throws where they are and no `dir` is given,
+ * or where the graph would pass GRAPH_BYTES_MAX.
  */
-export function prefillGraph(bytes: Uint8Array, weightType: WeightType): Uint8Array | undefined {
+export function prefillGraph(bytes: Uint8Array, weightType: WeightType, dir?: string): Uint8Array | undefined {
   const model = onnx.ModelProto.decode(bytes);
   const graph = model.graph;
   if (!graph) return undefined;
   const initializers = graph.initializer ?? [];
-  if (initializers.some((t) => t.dataLocation === onnx.TensorProto.DataLocation.EXTERNAL)) return undefined;
+  if (!dir && initializers.some(isExternal)) throw new Error('its weights lie in a file beside the graph, and no folder was given to read them from');
+  // Read from the file only when a rewrite needs them: the block-quantized weights go once made int8.
   const inits = new Map(initializers.map((t) => [t.name!, t]));
+  const dataOf = (name: string): Tensor | undefined => {
+    const t = inits.get(name);
+    return t && dir ? withData(t, dir) : t;
+  };
   const opset = Number(model.opsetImport?.find((o) => !o.domain || o.domain === 'ai.onnx')?.version ?? 0);
   const added: Tensor[] = [];
   const constant = (name: string, t: Omit<Tensor, 'name'>): string => {
@@ -205,7 +220,7 @@ export function prefillGraph(bytes: Uint8Array, weightType: WeightType): Uint8Ar
     const key = inputs.slice(1, 4).join('|');
     let weights = weightsDone.get(key);
     if (!weights && inputs.length <= 4) {
-      const c = perColumnInt8(node, inits, weightType);
+      const c = perColumnInt8(node, dataOf, weightType);
       if (c) {
         weights = { q: out('weights'), scale: out('column_scales') };
         added.push({ name: weights.q, dims: [K, N], dataType: weightType === 'int8' ? DT.INT8 : DT.UINT8, rawData: c.q });
@@ -237,9 +252,14 @@ export function prefillGraph(bytes: Uint8Array, weightType: WeightType): Uint8Ar
   if (!changed) return undefined;
   // The block-quantized copies no remaining node reads are dropped: the session holds the int8 ones only.
   const read = new Set(nodes.flatMap((n) => n.input ?? []));
-  graph.initializer = [...initializers.filter((t) => !replacedWeights.has(t.name!) || read.has(t.name!)), ...added];
+  const kept = initializers.filter((t) => !replacedWeights.has(t.name!) || read.has(t.name!));
+  // Checked before encoding: the bytes held inline, the dropped copies' out and the int8 ones in.
+  const inline = (ts: Tensor[]) => ts.reduce((n, t) => n + (t.rawData?.byteLength ?? 0), 0);
+  const estimate = bytes.byteLength - inline(initializers) + inline(kept) + inline(added);
+  if (estimate > GRAPH_BYTES_MAX) throw new Error(`its int8 products would take a graph of about ${estimate} bytes, over the ${GRAPH_BYTES_MAX} onnxruntime reads one from memory as`);
+  graph.initializer = [...kept, ...added];
   graph.node = nodes;
-  transposedOperandsAsTransB(nodes, inits);
+  transposedOperandsAsTransB(nodes, dataOf);
   return onnx.ModelProto.encode(model).finish();
 }
 
@@ -253,7 +273,7 @@ export function prefillGraph(bytes: Uint8Array, weightType: WeightType): Uint8Ar
  * (bench/README.md "Long steps in integers"). Only for this CPU graph: onnxruntime's webgpu
  * provider has no FusedMatMul.
  */
-function transposedOperandsAsTransB(nodes: Node[], inits: Map<string, Tensor>): void {
+function transposedOperandsAsTransB(nodes: Node[], init: (name: string) => Tensor | undefined): void {
   const producer = new Map<string, Node>();
   const readers = new Map<string, number>();
   for (const n of nodes) {
@@ -267,7 +287,7 @@ function transposedOperandsAsTransB(nodes: Node[], inits: Map<string, Tensor>): 
     const tr = un?.opType === 'Unsqueeze' ? producer.get(un.input![0]!) : undefined;
     const perm = tr?.opType === 'Transpose' ? ints(tr, 'perm') : undefined;
     // Unsqueeze's axes: an initializer input from opset 13 on, an attribute before.
-    const axes = un && (un.input![1] ? int64Data(inits.get(un.input![1])) : ints(un, 'axes'));
+    const axes = un && (un.input![1] ? int64Data(init(un.input![1])) : ints(un, 'axes'));
     if (!un || !tr || !perm || perm.length < 2 || readers.get(un.output![0]!) !== 1 || readers.get(tr.output![0]!) !== 1) continue;
     if (!axes || axes.some((a) => a < 0 || a >= perm.length + axes.length - 2)) continue; // the last two axes must stay last
     const r = perm.length;

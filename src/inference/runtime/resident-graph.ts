@@ -1,4 +1,3 @@
-import path from 'node:path';
 import onnxProto from 'onnx-proto';
 import { bytesOf } from '../convert/onnx-graph.js';
 
@@ -66,7 +65,7 @@ export interface ResidentLayout {
  * The slot-cache graph `bytes` rewritten for a device-resident cache, or undefined where it is not
  * a slot-cache graph with one `new_key_values` output (folders converted before cloudgate-convert/4).
  * Weights in a file beside the graph (ONNX external data: every model past 2 GB, and the converter's
- * above EXTERNAL_DATA_THRESHOLD_BYTES) stay there; the session finds them by residentSessionConfig.
+ * above EXTERNAL_DATA_THRESHOLD_BYTES) stay there; the session finds them by external-data.ts rewrittenGraphSessionConfig.
  */
 export function residentGraph(bytes: Uint8Array, layout: ResidentLayout): Uint8Array | undefined {
   const model = onnx.ModelProto.decode(bytes);
@@ -122,15 +121,6 @@ export function residentGraph(bytes: Uint8Array, layout: ResidentLayout): Uint8A
   // onnxruntime infers them.
   graph.valueInfo = (graph.valueInfo ?? []).filter((v) => !cacheNames.includes(v.name!));
   return onnx.ModelProto.encode(model).finish();
-}
-
-/**
- * The session config entries (onnxruntime-node's `extra.session`) a rewritten graph of the model
- * file `modelPath` loads with: a graph given as bytes has no folder, and onnxruntime resolves its
- * external data's relative `location` against this one, the model file's own.
- */
-export function residentSessionConfig(modelPath: string): Record<string, string> {
-  return { model_external_initializers_file_folder_path: path.dirname(path.resolve(modelPath)) };
 }
 
 /**

@@ -10,6 +10,7 @@ import { loadConfig } from '../../config.js';
 import { Engine, type EngineConfig } from './engine.js';
 import { PREFILL_STEP_TOKENS_MIN } from './session-choice.js';
 import { registries } from '../../metrics.js';
+import { weightsBeside } from '../../../test/weights-beside.js';
 
 // Weight variants in one model folder (model.onnx, model_int8.onnx, model_q4.onnx, ...):
 // cloudgate.json's `dtype` or MODEL_DTYPE picks the one served.
@@ -112,6 +113,27 @@ describe.skipIf(!stories)('stories260K as f32, int8 and int4 in one folder', () 
       const [c, q] = [chosen[i]!, converted[i]!];
       expect(diffs[i], `prompt ${i}`).toBeLessThan(0.15);
       if (c.id !== q.id) expect(q.logprob - lp(q, c.id), `prompt ${i}: a near tie`).toBeLessThan(0.3);
+    }
+  }, 60_000);
+
+  it('q4 with its weights in a file beside the graph still loads its prefill session, and measures long prompts on it', async () => {
+    const beside = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-beside-'));
+    try {
+      fs.cpSync(path.join(dir, 'chat'), path.join(beside, 'chat'), { recursive: true });
+      weightsBeside(path.join(beside, 'chat', 'model_q4.onnx'), path.join(beside, 'chat', 'model_q4.onnx.data'));
+      const passes = async () =>
+        (await registries.inference.getSingleMetric('cloudgate_engine_forward_passes_total')!.get()).values.filter((v) => v.labels.model_name === 's/chat' && v.labels.threads === 'all_prefill').reduce((n, v) => n + v.value, 0);
+      const before = await passes();
+      await withEngine({ ...base, modelsDir: beside, dtype: 'q4' }, async (e) => {
+        for (let i = 0; i < 12; i++) {
+          const promptTokens = await e.encodeText('s/chat', `Once upon a time there was a little dog who liked to play in the park with ${i} friends every day, and then they all went home to sleep.`, true);
+          for await (const ev of e.generate('s/chat', { promptTokens, maxTokens: 1, temperature: 0, topP: 1, stop: [] })) void ev;
+        }
+      });
+      // As above: prompts of a size the warm-up did not run are measured in bursts of 3 on each session.
+      expect((await passes()) - before).toBeGreaterThanOrEqual(3);
+    } finally {
+      fs.rmSync(beside, { recursive: true, force: true });
     }
   }, 60_000);
 

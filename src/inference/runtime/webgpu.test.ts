@@ -8,8 +8,8 @@ import { Engine } from './engine.js';
 import { PREFILL_STEP_TOKENS_MIN } from './session-choice.js';
 import { registries } from '../../metrics.js';
 import { log } from '../../log.js';
-import onnxProto from 'onnx-proto';
 import { webgpuMissing } from '../../../test/webgpu-probe.js';
+import { weightsBeside } from '../../../test/weights-beside.js';
 
 // EXECUTION_PROVIDER=webgpu: chat and evaluations on onnxruntime's webgpu provider (Dawn on
 // Vulkan) answer as on the CPU. It runs where a Vulkan device is found: a GPU with its driver, or
@@ -21,28 +21,6 @@ const stories = findStories260k();
 async function providerOf(model: string): Promise<{ provider: string; dtype: string } | undefined> {
   const v = (await registries.inference.getSingleMetric('cloudgate_engine_model_info')!.get()).values.find((x) => x.labels.model_name === model);
   return v && { provider: String(v.labels.provider), dtype: String(v.labels.dtype) };
-}
-
-/** The model file `file` rewritten with its weights in `data` beside it (ONNX external data, as every model past 2 GB keeps them). */
-function weightsBeside(file: string, data: string): void {
-  const { onnx } = onnxProto;
-  const model = onnx.ModelProto.decode(fs.readFileSync(file));
-  const chunks: Uint8Array[] = [];
-  let offset = 0;
-  for (const t of model.graph!.initializer!) {
-    if (!t.rawData || t.rawData.length < 1024) continue;
-    t.dataLocation = onnx.TensorProto.DataLocation.EXTERNAL;
-    t.externalData = [
-      { key: 'location', value: path.basename(data) },
-      { key: 'offset', value: String(offset) },
-      { key: 'length', value: String(t.rawData.length) },
-    ];
-    chunks.push(t.rawData);
-    offset += t.rawData.length;
-    t.rawData = new Uint8Array(0);
-  }
-  fs.writeFileSync(data, Buffer.concat(chunks));
-  fs.writeFileSync(file, onnx.ModelProto.encode(model).finish());
 }
 
 describe.skipIf(!stories)('webgpu', () => {

@@ -1,11 +1,13 @@
 import fs from 'node:fs';
+import path from 'node:path';
 import os from 'node:os';
 import ort from 'onnxruntime-node';
 import type { Arch, InitMsg } from './protocol.js';
 import type { LoadedSessions, SessionKind } from './session-choice.js';
 import { spinningSessionConfig, spinSessionConfig } from './spin.js';
 import { prefillGraph } from './prefill-graph.js';
-import { growGraph, residentGraph, residentSessionConfig } from './resident-graph.js';
+import { growGraph, residentGraph } from './resident-graph.js';
+import { withRewrittenGraphConfig } from './external-data.js';
 import type { ResidentSessions } from './kv-resident.js';
 import { OPSET } from '../convert/onnx-writer.js';
 import { weightTypeHere } from './integer-products.js';
@@ -86,12 +88,20 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void): 
   // the same speed (bench/README.md "Long steps in float32").
   const prefillOptions = { ...cpu, enableMemPattern: false };
   // A file's prefill graph, made once for its sessions; undefined where it has no block-quantized
-  // products to change: nothing to load.
-  const prefillGraphs = new Map<string, Uint8Array | undefined>();
+  // products to change: nothing to load. One it could not make is not tried again for each session.
+  const prefillGraphs = new Map<string, Uint8Array | undefined | Error>();
   const prefillSessionOf = async (file: string, options: ort.InferenceSession.SessionOptions = prefillOptions) => {
-    if (!prefillGraphs.has(file)) prefillGraphs.set(file, prefillGraph(fs.readFileSync(file), await weightTypeHere()));
+    if (!prefillGraphs.has(file)) {
+      const weightType = await weightTypeHere();
+      try {
+        prefillGraphs.set(file, prefillGraph(fs.readFileSync(file), weightType, path.dirname(file)));
+      } catch (e) {
+        prefillGraphs.set(file, e as Error);
+      }
+    }
     const graph = prefillGraphs.get(file);
-    return graph ? createSession(graph, options) : undefined;
+    if (graph instanceof Error) throw graph;
+    return graph ? createSession(graph, withRewrittenGraphConfig(options, file)) : undefined;
   };
   // The extra sessions are CPU sessions: a model on a GPU provider runs every step on it.
   const onCpu = provider === 'cpu';
@@ -117,9 +127,8 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void): 
           const graph = residentGraph(fs.readFileSync(msg.modelPath), arch);
           if (!graph) throw new Error('the graph is not a slot-cache graph with one new_key_values output (convert it again)');
           const onDevice = { ...base, executionProviders: [provider] };
-          const stepConfig = { ...spinSessionConfig(msg.spin), ...residentSessionConfig(msg.modelPath) };
           return {
-            step: await createSession(graph, { ...onDevice, extra: { session: stepConfig }, preferredOutputLocation: { logits: 'cpu', kv_cache_out: 'gpu-buffer' } }),
+            step: await createSession(graph, withRewrittenGraphConfig({ ...onDevice, preferredOutputLocation: { logits: 'cpu', kv_cache_out: 'gpu-buffer' } }, msg.modelPath)),
             grow: await createSession(growGraph(arch, OPSET), { ...onDevice, preferredOutputLocation: { kv_cache_out: 'gpu-buffer' } }),
           };
         })
