@@ -162,6 +162,6 @@ describe('device-resident KV cache', () => {
   it('does not find a graph\'s external weights from its bytes without the model\'s folder', async () => {
     const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, vocabSize: 64, seqLen: 64, seed: 3, std: 0.3 });
     const { step } = residentStep(ck, { layers: 2, kvHeads: 2, headDim: headSize(ck.config) }, true);
-    await expect(ort.InferenceSession.create(step, { intraOpNumThreads: 1 })).rejects.toThrow();
+    await expect(ort.InferenceSession.create(step, { intraOpNumThreads: 1 })).rejects.toThrow(/external data/i);
   });
 });
