@@ -122,7 +122,8 @@ const envSchema = z.object({
   // prefill graph for steps of 8-32 tokens (a short prompt: one stream's time to first token of
   // m25 int4 7.7 -> 6.6 ms), one more copy of the int8 weights.
   ORT_SPINNING_SESSION: bool.default(true),
-  // A model of block-quantized weights (int8, q4, q4f16) of at most 256 MiB also loads its graph
+  // A model of block-quantized weights (int8, q4, q4f16) of at most 256 MiB (1 GiB where its memory
+  // fits, runtime/engine.ts PREFILL_SESSION_MEMORY_SHARE) also loads its graph
   // with those products as int8 ones (the weights rounded to int8 per column, the activations per
   // row: onnxruntime's integer product is the faster one from a few rows on), and a step of 8
   // tokens or more runs there when that has been faster for its size: one m25 matrix at 380 rows

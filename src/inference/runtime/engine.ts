@@ -75,6 +75,30 @@ const MULTI_THREAD_MODEL_BYTES_MIN = 4 * 2 ** 20;
  */
 const EXTRA_SESSIONS_MODEL_BYTES_MAX = 256 * 2 ** 20;
 
+/**
+ * Above this size a model of block-quantized weights gets no prefill session (its products as int8
+ * ones, prefill-graph.ts): that graph must stay under protobuf's 2 GiB, about 1.1 GiB of a q4
+ * model's files. Past EXTRA_SESSIONS_MODEL_BYTES_MAX it makes prompts faster still (m450 int4, 287
+ * MB: a 512-token prompt's first token 0.47 of the time without it, bench/README.md "Weights beside
+ * the graph"), but costs PREFILL_SESSION_BYTES_PER_MODEL_BYTE times the model's files in memory, so
+ * there it loads only where that fits in PREFILL_SESSION_MEMORY_SHARE of the memory the process may use.
+ */
+const PREFILL_SESSION_MODEL_BYTES_MAX = 2 ** 30;
+/**
+ * The prefill session's memory against the model's files: m450 int4 (287 MB of files) held 2.03 GB
+ * after load with it and 0.55 GB without (5.1x; the int8 weights, onnxruntime's copy of the graph
+ * it was given and its packed weights).
+ */
+const PREFILL_SESSION_BYTES_PER_MODEL_BYTE = 5;
+/** Of the memory the process may use, what one model's prefill session may take past EXTRA_SESSIONS_MODEL_BYTES_MAX: other models, their KV caches and the HTTP side need the rest. */
+const PREFILL_SESSION_MEMORY_SHARE = 0.25;
+
+/** The memory this process may use: its cgroup's bound (a container's limit), or the machine's. */
+export function memoryForModels(): number {
+  const bound = process.constrainedMemory?.();
+  return bound && bound < os.totalmem() ? bound : os.totalmem();
+}
+
 /** The weight variants of block-quantized matrices (MatMulNBits), which a prefill session may speed up (prefill-graph.ts). */
 const BLOCK_QUANTIZED_DTYPES: ReadonlySet<ModelDtype> = new Set(['int8', 'q4', 'q4f16']);
 
@@ -97,14 +121,18 @@ export function threadsFor(modelFile: string): number {
  * one's sleep), and, for a variant of block-quantized weights (`dtype`), its graph with those
  * products as int8 ones for steps of several rows, on any number of threads (the worker leaves
  * it out where the graph has no such products), and where it has both, that graph on spinning
- * threads too, for short steps while few sequences run.
+ * threads too, for short steps while few sequences run. `prefillNarrow`: that graph may load on one
+ * thread too, beside busy peers (the worker decides), where the model is small enough for more copies.
+ * `memory`: memoryForModels().
  */
-export function extraSessionsFor(modelFile: string, threads: number, dtype: ModelDtype, allow: { narrow: boolean; spinning: boolean; prefill: boolean; spin: ThreadSpin }): LoadedSessions {
-  const small = modelBytes(modelFile) <= EXTRA_SESSIONS_MODEL_BYTES_MAX;
+export function extraSessionsFor(modelFile: string, threads: number, dtype: ModelDtype, allow: { narrow: boolean; spinning: boolean; prefill: boolean; spin: ThreadSpin }, memory = memoryForModels()): Required<LoadedSessions> {
+  const bytes = modelBytes(modelFile);
+  const small = bytes <= EXTRA_SESSIONS_MODEL_BYTES_MAX;
   const fits = threads > 1 && small;
   const spinning = fits && allow.spinning && allow.spin === 'off';
-  const prefill = small && allow.prefill && BLOCK_QUANTIZED_DTYPES.has(dtype);
-  return { narrow: fits && allow.narrow, spinning, prefill, prefillSpinning: spinning && prefill };
+  const prefillFits = small || (bytes <= PREFILL_SESSION_MODEL_BYTES_MAX && PREFILL_SESSION_BYTES_PER_MODEL_BYTE * bytes <= PREFILL_SESSION_MEMORY_SHARE * memory);
+  const prefill = prefillFits && allow.prefill && BLOCK_QUANTIZED_DTYPES.has(dtype);
+  return { narrow: fits && allow.narrow, spinning, prefill, prefillSpinning: spinning && prefill, prefillNarrow: prefill && small };
 }
 
 /** The weight variant a folder serves: the daemon-wide choice where the folder has it, else its cloudgate.json's. */
@@ -121,10 +149,10 @@ export function pickVariant(dir: string, own: ModelDtype, daemonWide?: ModelDtyp
  * The worker's init fields for the extra sessions of a model on the CPU. A worker whose GPU
  * provider starts loads none; one that falls back to the CPU loads these.
  */
-function extraSessions(cfg: EngineConfig, modelPath: string, threads: number, dtype: ModelDtype): { narrowSession: boolean; spinningSession: boolean; prefillSession: boolean } {
+function extraSessions(cfg: EngineConfig, modelPath: string, threads: number, dtype: ModelDtype): { narrowSession: boolean; spinningSession: boolean; prefillSession: boolean; prefillNarrowSession: boolean } {
   const allow = { narrow: cfg.narrowSession !== false, spinning: cfg.spinningSession !== false, prefill: cfg.prefillSession !== false, spin: cfg.threadsSpin ?? 'off' };
   const x = extraSessionsFor(modelPath, threads, dtype, allow);
-  return { narrowSession: x.narrow, spinningSession: x.spinning, prefillSession: x.prefill };
+  return { narrowSession: x.narrow, spinningSession: x.spinning, prefillSession: x.prefill, prefillNarrowSession: x.prefillNarrow };
 }
 
 export class Engine implements InferenceEngine {

@@ -27,6 +27,8 @@ export interface InitMsg {
   spinningSession: boolean;
   /** Also load the graph with its block-quantized products as int8 ones (prefill-graph.ts), where it has any, and with spinningSession that graph on spinning threads too; steps of several rows may go there (session-choice.ts). */
   prefillSession: boolean;
+  /** That graph may also load on one thread, for steps while other model workers fill the cores (peers.ts): only a model small enough for one more copy. */
+  prefillNarrowSession: boolean;
   /** Niceness of the worker's ONNX threads (Linux; 0 leaves them at the process's). */
   nice: number;
   /** Niceness of the worker's own thread (thread-policy.ts workerThreadNice): at most `nice`. */

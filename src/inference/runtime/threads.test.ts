@@ -1,8 +1,8 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
-import { extraSessionsFor, threadsFor } from './engine.js';
+import { describe, expect, it, vi } from 'vitest';
+import { extraSessionsFor, memoryForModels, threadsFor } from './engine.js';
 
 /** Runs `fn` with a model file path in a fresh folder; `size` sets a file's size (sparse). */
 function withModelDir(fn: (file: string, size: (f: string, bytes: number) => void) => void): void {
@@ -40,31 +40,51 @@ describe('extraSessionsFor', () => {
   it('gives a model on several threads a one-thread and a spinning session too, unless its weights are over 256 MiB', () =>
     withModelDir((file, size) => {
       size(file, 18 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, 'fp32', allow)).toEqual({ narrow: true, spinning: true, prefill: false, prefillSpinning: false });
-      expect(extraSessionsFor(file, 1, 'fp32', allow)).toEqual({ narrow: false, spinning: false, prefill: false, prefillSpinning: false }); // one thread already
+      expect(extraSessionsFor(file, 2, 'fp32', allow)).toEqual({ narrow: true, spinning: true, prefill: false, prefillSpinning: false, prefillNarrow: false });
+      expect(extraSessionsFor(file, 1, 'fp32', allow)).toEqual({ narrow: false, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false }); // one thread already
       size(`${file}.data`, 300 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, 'fp32', allow)).toEqual({ narrow: false, spinning: false, prefill: false, prefillSpinning: false });
+      expect(extraSessionsFor(file, 2, 'fp32', allow)).toEqual({ narrow: false, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false });
     }));
-  it('gives a block-quantized variant (int8, q4) a prefill session on any number of threads, unless its weights are over 256 MiB', () =>
+  it('gives a block-quantized variant (int8, q4) a prefill session on any number of threads, past 256 MiB of weights only where its memory fits', () =>
     withModelDir((file, size) => {
       size(file, 18 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, 'q4', allow)).toEqual({ narrow: true, spinning: true, prefill: true, prefillSpinning: true });
-      expect(extraSessionsFor(file, 1, 'q4f16', allow)).toEqual({ narrow: false, spinning: false, prefill: true, prefillSpinning: false });
+      expect(extraSessionsFor(file, 2, 'q4', allow)).toEqual({ narrow: true, spinning: true, prefill: true, prefillSpinning: true, prefillNarrow: true });
+      expect(extraSessionsFor(file, 1, 'q4f16', allow)).toEqual({ narrow: false, spinning: false, prefill: true, prefillSpinning: false, prefillNarrow: true });
       expect(extraSessionsFor(file, 1, 'int8', allow).prefill).toBe(true);
       expect(extraSessionsFor(file, 2, 'uint8', allow).prefill).toBe(false); // onnxruntime's own integer products already
       expect(extraSessionsFor(file, 1, 'q4', { ...allow, prefill: false }).prefill).toBe(false);
       // the spinning twin of the prefill graph only where both the spinning and the prefill sessions load
       expect(extraSessionsFor(file, 2, 'q4', { ...allow, spinning: false }).prefillSpinning).toBe(false);
       expect(extraSessionsFor(file, 2, 'q4', { ...allow, prefill: false }).prefillSpinning).toBe(false);
+      // Past 256 MiB: where five times the files fit in a quarter of the memory, no copy on one thread (prefillNarrow)
       size(`${file}.data`, 300 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, 'q4', allow).prefill).toBe(false);
+      expect(extraSessionsFor(file, 2, 'q4', allow, 8 * 2 ** 30)).toEqual({ narrow: false, spinning: false, prefill: true, prefillSpinning: false, prefillNarrow: false });
+      expect(extraSessionsFor(file, 2, 'q4', allow, 4 * 2 ** 30).prefill).toBe(false);
+      expect(extraSessionsFor(file, 2, 'q4', { ...allow, prefill: false }, 8 * 2 ** 30).prefill).toBe(false);
+      // Past 1 GiB its graph would pass protobuf's 2 GiB, whatever the memory
+      size(`${file}.data`, 1100 * 2 ** 20);
+      expect(extraSessionsFor(file, 2, 'q4', allow, 2 ** 40).prefill).toBe(false);
     }));
+  it('takes the memory a container bounds the process to, or the machine\'s', () => {
+    const bound = vi.spyOn(process, 'constrainedMemory');
+    try {
+      bound.mockReturnValue(2 ** 30);
+      expect(memoryForModels()).toBe(2 ** 30);
+      // No bound: Node answers 2^64 (or undefined in some versions)
+      bound.mockReturnValue(2 ** 64);
+      expect(memoryForModels()).toBe(os.totalmem());
+      bound.mockReturnValue(undefined as unknown as number);
+      expect(memoryForModels()).toBe(os.totalmem());
+    } finally {
+      bound.mockRestore();
+    }
+  });
   it('loads each only where its setting allows, and no spinning one where the every-core session spins already', () =>
     withModelDir((file, size) => {
       size(file, 18 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, narrow: false })).toEqual({ narrow: false, spinning: true, prefill: false, prefillSpinning: false });
-      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spinning: false })).toEqual({ narrow: true, spinning: false, prefill: false, prefillSpinning: false });
-      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spin: 'run' })).toEqual({ narrow: true, spinning: false, prefill: false, prefillSpinning: false });
-      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spin: 'always' })).toEqual({ narrow: true, spinning: false, prefill: false, prefillSpinning: false });
+      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, narrow: false })).toEqual({ narrow: false, spinning: true, prefill: false, prefillSpinning: false, prefillNarrow: false });
+      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spinning: false })).toEqual({ narrow: true, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false });
+      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spin: 'run' })).toEqual({ narrow: true, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false });
+      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spin: 'always' })).toEqual({ narrow: true, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false });
     }));
 });

@@ -116,7 +116,7 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void): 
     // Only a worker beside others (peers.ts) steps on one thread while they step: each a core.
     // On one thread anyway, the prefill session is that already.
     prefillNarrow:
-      onCpu && msg.prefillSession && (msg.peers?.live.length ?? 0) > 1 && msg.intraOpThreads > 1 ? await extra('one-thread prefill session', 'a step of several rows beside other busy models runs on every core', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, intraOpNumThreads: 1 })) : undefined,
+      onCpu && msg.prefillNarrowSession && (msg.peers?.live.length ?? 0) > 1 && msg.intraOpThreads > 1 ? await extra('one-thread prefill session', 'a step of several rows beside other busy models runs on every core', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, intraOpNumThreads: 1 })) : undefined,
   };
   const loaded = { narrow: !!byKind.narrow, spinning: !!byKind.spinning, prefill: !!byKind.prefill, prefillSpinning: !!byKind.prefillSpinning, prefillNarrow: !!byKind.prefillNarrow };
   const { arch, slotCache } = await archOf(session, provider, !!(byKind.prefill || byKind.prefillSpinning));
