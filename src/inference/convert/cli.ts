@@ -142,7 +142,8 @@ function main(argv: string[]): void {
 }
 
 function variants(c: ReturnType<typeof convertLlama2c>): string {
-  return c.onnx.map((v) => `${v.dtype} ${(v.model.byteLength / 1e6).toFixed(1)} MB`).join(', ');
+  // The graph and, where the weights went beside it (external data), that file too.
+  return c.onnx.map((v) => `${v.dtype} ${((v.model.byteLength + (v.data?.byteLength ?? 0)) / 1e6).toFixed(1)} MB`).join(', ');
 }
 
 function countParams(p: GenerateParams): number {
