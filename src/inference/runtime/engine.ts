@@ -85,9 +85,11 @@ const EXTRA_SESSIONS_MODEL_BYTES_MAX = 256 * 2 ** 20;
  */
 const PREFILL_SESSION_MODEL_BYTES_MAX = 2 ** 30;
 /**
- * The prefill session's memory against the model's files: m450 int4 (287 MB of files) held 2.03 GB
- * after load with it and 0.55 GB without (5.1x; the int8 weights, onnxruntime's copy of the graph
- * it was given and its packed weights).
+ * A prefill session's memory against the model's files, for each graph that gets one (an
+ * evaluation model's branch graph gets its own): m450 int4 (287 MB of files) held 2.03 GB after
+ * load with it and 0.55 GB without (5.1x; the int8 weights, onnxruntime's copy of the graph it was
+ * given, its packed weights and the long steps' buffers); the m450-shaped evaluation model, both
+ * graphs, 2.94 GB against 0.93 (3.5x each).
  */
 const PREFILL_SESSION_BYTES_PER_MODEL_BYTE = 5;
 /** Of the memory the process may use, what one model's prefill session may take past EXTRA_SESSIONS_MODEL_BYTES_MAX: other models, their KV caches and the HTTP side need the rest. */
@@ -123,14 +125,21 @@ export function threadsFor(modelFile: string): number {
  * it out where the graph has no such products), and where it has both, that graph on spinning
  * threads too, for short steps while few sequences run. `prefillNarrow`: that graph may load on one
  * thread too, beside busy peers (the worker decides), where the model is small enough for more copies.
- * `memory`: memoryForModels().
+ * `memory`: memoryForModels(); `graphs`: the graphs that would get a prefill session (2 for an
+ * evaluation model with its branch graph).
  */
-export function extraSessionsFor(modelFile: string, threads: number, dtype: ModelDtype, allow: { narrow: boolean; spinning: boolean; prefill: boolean; spin: ThreadSpin }, memory = memoryForModels()): Required<LoadedSessions> {
+export function extraSessionsFor(
+  modelFile: string,
+  threads: number,
+  dtype: ModelDtype,
+  allow: { narrow: boolean; spinning: boolean; prefill: boolean; spin: ThreadSpin },
+  { memory = memoryForModels(), graphs = 1 }: { memory?: number; graphs?: number } = {},
+): Required<LoadedSessions> {
   const bytes = modelBytes(modelFile);
   const small = bytes <= EXTRA_SESSIONS_MODEL_BYTES_MAX;
   const fits = threads > 1 && small;
   const spinning = fits && allow.spinning && allow.spin === 'off';
-  const prefillFits = small || (bytes <= PREFILL_SESSION_MODEL_BYTES_MAX && PREFILL_SESSION_BYTES_PER_MODEL_BYTE * bytes <= PREFILL_SESSION_MEMORY_SHARE * memory);
+  const prefillFits = small || (bytes <= PREFILL_SESSION_MODEL_BYTES_MAX && graphs * PREFILL_SESSION_BYTES_PER_MODEL_BYTE * bytes <= PREFILL_SESSION_MEMORY_SHARE * memory);
   const prefill = prefillFits && allow.prefill && BLOCK_QUANTIZED_DTYPES.has(dtype);
   return { narrow: fits && allow.narrow, spinning, prefill, prefillSpinning: spinning && prefill, prefillNarrow: prefill && small };
 }
@@ -149,9 +158,9 @@ export function pickVariant(dir: string, own: ModelDtype, daemonWide?: ModelDtyp
  * The worker's init fields for the extra sessions of a model on the CPU. A worker whose GPU
  * provider starts loads none; one that falls back to the CPU loads these.
  */
-function extraSessions(cfg: EngineConfig, modelPath: string, threads: number, dtype: ModelDtype): { narrowSession: boolean; spinningSession: boolean; prefillSession: boolean; prefillNarrowSession: boolean } {
+function extraSessions(cfg: EngineConfig, modelPath: string, threads: number, dtype: ModelDtype, branchModelPath: string | undefined): { narrowSession: boolean; spinningSession: boolean; prefillSession: boolean; prefillNarrowSession: boolean } {
   const allow = { narrow: cfg.narrowSession !== false, spinning: cfg.spinningSession !== false, prefill: cfg.prefillSession !== false, spin: cfg.threadsSpin ?? 'off' };
-  const x = extraSessionsFor(modelPath, threads, dtype, allow);
+  const x = extraSessionsFor(modelPath, threads, dtype, allow, { graphs: branchModelPath ? 2 : 1 });
   return { narrowSession: x.narrow, spinningSession: x.spinning, prefillSession: x.prefill, prefillNarrowSession: x.prefillNarrow };
 }
 
@@ -182,7 +191,8 @@ export class Engine implements InferenceEngine {
         const tokenTexts = text.tokenTexts();
         const modelPath = path.join(dir, modelFileOf(dtype));
         const threads = cfg.intraOpThreads ?? threadsFor(modelPath);
-        const extra = extraSessions(cfg, modelPath, threads, dtype);
+        const branchModelPath = c.kind === 'evaluation' && fs.existsSync(branchPath) ? branchPath : undefined;
+        const extra = extraSessions(cfg, modelPath, threads, dtype, branchModelPath);
         // Replicas step on one thread beside busy peers (peers.ts): only where that session loads (or one thread is all there is).
         const replicable = c.kind === 'chat' && cfg.executionProvider === 'cpu' && (extra.narrowSession || threads === 1);
         const count = replicable ? (cfg.replicas ?? 1) : 1;
@@ -191,7 +201,7 @@ export class Engine implements InferenceEngine {
         const init = {
           tokenTexts,
           modelPath,
-          branchModelPath: c.kind === 'evaluation' && fs.existsSync(branchPath) ? branchPath : undefined,
+          branchModelPath,
           executionProvider: cfg.executionProvider,
           strict: cfg.strict,
           intraOpThreads: threads,

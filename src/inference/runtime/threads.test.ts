@@ -58,12 +58,15 @@ describe('extraSessionsFor', () => {
       expect(extraSessionsFor(file, 2, 'q4', { ...allow, prefill: false }).prefillSpinning).toBe(false);
       // Past 256 MiB: where five times the files fit in a quarter of the memory, no copy on one thread (prefillNarrow)
       size(`${file}.data`, 300 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, 'q4', allow, 8 * 2 ** 30)).toEqual({ narrow: false, spinning: false, prefill: true, prefillSpinning: false, prefillNarrow: false });
-      expect(extraSessionsFor(file, 2, 'q4', allow, 4 * 2 ** 30).prefill).toBe(false);
-      expect(extraSessionsFor(file, 2, 'q4', { ...allow, prefill: false }, 8 * 2 ** 30).prefill).toBe(false);
+      expect(extraSessionsFor(file, 2, 'q4', allow, { memory: 8 * 2 ** 30 })).toEqual({ narrow: false, spinning: false, prefill: true, prefillSpinning: false, prefillNarrow: false });
+      expect(extraSessionsFor(file, 2, 'q4', allow, { memory: 4 * 2 ** 30 }).prefill).toBe(false);
+      // an evaluation model's branch graph gets one too: twice the memory
+      expect(extraSessionsFor(file, 2, 'q4', allow, { memory: 8 * 2 ** 30, graphs: 2 }).prefill).toBe(false);
+      expect(extraSessionsFor(file, 2, 'q4', allow, { memory: 16 * 2 ** 30, graphs: 2 }).prefill).toBe(true);
+      expect(extraSessionsFor(file, 2, 'q4', { ...allow, prefill: false }, { memory: 8 * 2 ** 30 }).prefill).toBe(false);
       // Past 1 GiB its graph would pass protobuf's 2 GiB, whatever the memory
       size(`${file}.data`, 1100 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, 'q4', allow, 2 ** 40).prefill).toBe(false);
+      expect(extraSessionsFor(file, 2, 'q4', allow, { memory: 2 ** 40 }).prefill).toBe(false);
     }));
   it('takes the memory a container bounds the process to, or the machine\'s', () => {
     const bound = vi.spyOn(process, 'constrainedMemory');
