@@ -79,8 +79,8 @@ const EXTRA_SESSIONS_MODEL_BYTES_MAX = 256 * 2 ** 20;
  * Above this size a model of block-quantized weights gets no prefill session (its products as int8
  * ones, prefill-graph.ts): that graph must stay under protobuf's 2 GiB, about 1.1 GiB of a q4
  * model's files. Past EXTRA_SESSIONS_MODEL_BYTES_MAX it makes prompts faster still (m450 int4, 287
- * MB: a 512-token prompt's first token 0.47 of the time without it, bench/README.md "Weights beside
- * the graph"), but costs PREFILL_SESSION_BYTES_PER_MODEL_BYTE times the model's files in memory, so
+ * MB: a 512-token prompt's first token in 0.47 of the time it takes without, bench/README.md "A larger
+ * model"), but costs PREFILL_SESSION_BYTES_PER_MODEL_BYTE times the model's files in memory, so
  * there it loads only where that fits in PREFILL_SESSION_MEMORY_SHARE of the memory the process may use.
  */
 const PREFILL_SESSION_MODEL_BYTES_MAX = 2 ** 30;
