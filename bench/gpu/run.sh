@@ -90,6 +90,14 @@ evaluation() {
   done
 }
 
+# What webgpu's per-dispatch checks cost a decode step: the device-cache graph under each validationMode.
+modes() {
+  for s in m25 m110; do
+    log "webgpu validation modes, $s int4"
+    timeout 150 node dist/bench/webgpu-modes.js --model $G/models-$s/$s/model_q4.onnx --rows 1,16 2>&1 | grep -v '"level"\|VerifyEach'
+  done
+}
+
 # llama.cpp's CUDA build on the GGUF of the same checkpoint (q4_0 for our int4, f32 for f32).
 llama_setup() {
   [ -d $G/peer ] || tar -xJf .gpu/llama/peer.tar.xz -C $G
@@ -126,6 +134,7 @@ for step in "$@"; do
     cg-m25-f32) cg m25 fp32 ;;
     cg-m110-f32) cg m110 fp32 ;;
     eval) evaluation ;;
+    modes) modes ;;
     llama-setup) llama_setup ;;
     llama-m25) llama m25 q4_0 ;;
     llama-m110) llama m110 q4_0 ;;

@@ -1,0 +1,78 @@
+import fs from 'node:fs';
+import ort from 'onnxruntime-node';
+import { growGraph, residentGraph } from '../src/inference/runtime/resident-graph.js';
+import { ResidentSlots } from '../src/inference/runtime/kv-resident.js';
+import { withRewrittenGraphConfig } from '../src/inference/runtime/external-data.js';
+import { OPSET } from '../src/inference/convert/onnx-writer.js';
+import { benchArgs, fmt, machine, median } from './lib.js';
+
+// One decode step of the device-cache graph (runtime/resident-graph.ts, as the daemon runs a chat
+// model on webgpu) under each of onnxruntime's webgpu `validationMode`s, to see what the host's
+// per-dispatch checks cost a step: one stream on an H100 was bounded by Dawn's dispatches, a few
+// hundred a step (bench/README.md "GPU: the KV cache on the device"). Each mode gets its own
+// sessions; a round runs 20-token prompts for `rows` sequences, then `steps` decode steps, the
+// modes in turns (the order alternating), the first round not counted. On lavapipe (Mesa's CPU
+// Vulkan) the kernels themselves bound a step, so only a GPU says anything.
+// Usage: node dist/bench/webgpu-modes.js --model DIR/model_q4.onnx [--modes basic,wgpuOnly,disabled] [--rows 1,16] [--steps 40] [--rounds 5]
+
+const args = benchArgs();
+const file = args.get('model');
+if (!file) throw new Error('--model: a converted chat model\'s slot-cache graph (model*.onnx)');
+const MODES = (args.get('modes') ?? 'basic,wgpuOnly,disabled').split(',') as Array<'basic' | 'wgpuOnly' | 'disabled' | 'full'>;
+const ROWS = (args.get('rows') ?? '1,16').split(',').map(Number);
+const STEPS = Number(args.get('steps') ?? 40);
+const ROUNDS = Number(args.get('rounds') ?? 5);
+const PROMPT_TOKENS = 20;
+
+const probe = await ort.InferenceSession.create(file);
+const keys = probe.inputMetadata.filter((m) => /^cache\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
+if (!keys.length) throw new Error(`${file} is not a slot-cache chat graph`);
+const layout = { layers: keys.length, kvHeads: Number(keys[0]!.shape[1]), headDim: Number(keys[0]!.shape[3]), positionsMax: 1024 };
+await probe.release();
+const step = residentGraph(fs.readFileSync(file), layout);
+if (!step) throw new Error(`${file} has no single new_key_values output: convert it again`);
+
+const sessions = new Map<string, { step: ort.InferenceSession; grow: ort.InferenceSession }>();
+for (const mode of MODES) {
+  const ep: ort.InferenceSession.ExecutionProviderConfig[] = [{ name: 'webgpu', validationMode: mode } as ort.InferenceSession.ExecutionProviderConfig];
+  const stepOptions: ort.InferenceSession.SessionOptions = { executionProviders: ep, preferredOutputLocation: { logits: 'cpu', kv_cache_out: 'gpu-buffer' } };
+  sessions.set(mode, {
+    step: await ort.InferenceSession.create(step, withRewrittenGraphConfig(stepOptions, file)),
+    grow: await ort.InferenceSession.create(growGraph(layout, OPSET), { executionProviders: ep, preferredOutputLocation: { kv_cache_out: 'gpu-buffer' } }),
+  });
+}
+
+/** One round of `rows` sequences on `mode`'s sessions: each decode step's ms. */
+async function round(mode: string, rows: number): Promise<number[]> {
+  const s = sessions.get(mode)!;
+  const kv = new ResidentSlots(layout, s);
+  const run = (feeds: Record<string, ort.Tensor>) => s.step.run(feeds);
+  const seqs = Array.from({ length: rows }, (_, i) => i);
+  try {
+    await kv.step(seqs.map((seq) => ({ seq, tokens: Array.from({ length: PROMPT_TOKENS }, (_, j) => 5 + ((seq + j) % 200)) })), run);
+    const ms: number[] = [];
+    for (let i = 0; i < STEPS; i++) {
+      const t = performance.now();
+      await kv.step(seqs.map((seq) => ({ seq, tokens: [5 + ((seq + i) % 200)] })), run);
+      ms.push(performance.now() - t);
+    }
+    return ms;
+  } finally {
+    kv.dispose();
+  }
+}
+
+console.log(machine());
+console.log(`model: ${file}; decode steps of the device-cache graph on webgpu, median ms of ${ROUNDS - 1} rounds of ${STEPS} steps (the first round not counted), modes in turns`);
+console.log(`| rows | ${MODES.join(' | ')} |`);
+console.log(`| --- | ${MODES.map(() => '---').join(' | ')} |`);
+for (const rows of ROWS) {
+  const ms = new Map<string, number[]>(MODES.map((m) => [m, []]));
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const mode of r % 2 ? [...MODES].reverse() : MODES) {
+      const steps = await round(mode, rows);
+      if (r > 0) ms.get(mode)!.push(...steps);
+    }
+  }
+  console.log(`| ${rows} | ${MODES.map((m) => fmt(median(ms.get(m)!), 2)).join(' | ')} |`);
+}
