@@ -11,10 +11,8 @@ import { prefillGraph } from '../src/inference/runtime/prefill-graph.js';
 import { weightTypeHere } from '../src/inference/runtime/integer-products.js';
 import { loadConfig } from '../src/config.js';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
-import { ResidentSlots } from '../src/inference/runtime/kv-resident.js';
-import { growGraph, residentGraph } from '../src/inference/runtime/resident-graph.js';
+import { residentSessions, ResidentSlots } from '../src/inference/runtime/kv-resident.js';
 import { withRewrittenGraphConfig } from '../src/inference/runtime/external-data.js';
-import { OPSET } from '../src/inference/convert/onnx-writer.js';
 
 // Chat throughput through the daemon: N concurrent streams, aggregate
 // completion tokens per second and time to first token, over SSE as a client
@@ -170,9 +168,10 @@ async function slotLoop(sess: ort.InferenceSession, runOn: RunOn, B: number, pro
 /** rawLoop with the cache on the device (runtime/kv-resident.ts), as the daemon runs a chat model on webgpu. */
 async function residentLoop(sess: ort.InferenceSession, modelFile: string, options: ort.InferenceSession.SessionOptions, B: number, prompt: number, steps: number, seconds: number): Promise<{ withPrefill: number; decodeOnly: number }> {
   const layout = slotLayoutOf(sess);
-  const step = await ort.InferenceSession.create(residentGraph(fs.readFileSync(modelFile), layout)!, withRewrittenGraphConfig({ ...options, preferredOutputLocation: { logits: 'cpu', kv_cache_out: 'gpu-buffer' } as const }, modelFile));
-  const grow = await ort.InferenceSession.create(growGraph(layout, OPSET), { ...options, preferredOutputLocation: { kv_cache_out: 'gpu-buffer' } });
-  const kv = new ResidentSlots({ ...layout, positionsMax: prompt + steps }, { step, grow });
+  const sessions = await residentSessions(modelFile, layout, options);
+  if (!sessions) throw new Error(`${modelFile}: no single new_key_values output to keep on the device (convert it again)`);
+  const { step, grow } = sessions;
+  const kv = new ResidentSlots({ ...layout, positionsMax: prompt + steps }, sessions);
   try {
     return await stepLoop(B, prompt, steps, seconds, (rows) => kv.step(rows, (feeds) => step.run(feeds)), (seq) => kv.delete(seq));
   } finally {

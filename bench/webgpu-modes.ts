@@ -1,9 +1,5 @@
-import fs from 'node:fs';
 import ort from 'onnxruntime-node';
-import { growGraph, residentGraph } from '../src/inference/runtime/resident-graph.js';
-import { ResidentSlots } from '../src/inference/runtime/kv-resident.js';
-import { withRewrittenGraphConfig } from '../src/inference/runtime/external-data.js';
-import { OPSET } from '../src/inference/convert/onnx-writer.js';
+import { residentSessions, ResidentSlots, type ResidentSessions } from '../src/inference/runtime/kv-resident.js';
 import { benchArgs, fmt, machine, median } from './lib.js';
 
 // One decode step of the device-cache graph (runtime/resident-graph.ts, as the daemon runs a chat
@@ -29,17 +25,12 @@ const keys = probe.inputMetadata.filter((m) => /^cache\.\d+\.key$/.test(m.name))
 if (!keys.length) throw new Error(`${file} is not a slot-cache chat graph`);
 const layout = { layers: keys.length, kvHeads: Number(keys[0]!.shape[1]), headDim: Number(keys[0]!.shape[3]), positionsMax: 1024 };
 await probe.release();
-const step = residentGraph(fs.readFileSync(file), layout);
-if (!step) throw new Error(`${file} has no single new_key_values output: convert it again`);
-
-const sessions = new Map<string, { step: ort.InferenceSession; grow: ort.InferenceSession }>();
+const sessions = new Map<string, ResidentSessions>();
 for (const mode of MODES) {
-  const ep: ort.InferenceSession.ExecutionProviderConfig[] = [{ name: 'webgpu', validationMode: mode } as ort.InferenceSession.ExecutionProviderConfig];
-  const stepOptions: ort.InferenceSession.SessionOptions = { executionProviders: ep, preferredOutputLocation: { logits: 'cpu', kv_cache_out: 'gpu-buffer' } };
-  sessions.set(mode, {
-    step: await ort.InferenceSession.create(step, withRewrittenGraphConfig(stepOptions, file)),
-    grow: await ort.InferenceSession.create(growGraph(layout, OPSET), { executionProviders: ep, preferredOutputLocation: { kv_cache_out: 'gpu-buffer' } }),
-  });
+  const ep = [{ name: 'webgpu', validationMode: mode } as ort.InferenceSession.ExecutionProviderConfig];
+  const s = await residentSessions(file, layout, { executionProviders: ep });
+  if (!s) throw new Error(`${file} has no single new_key_values output: convert it again`);
+  sessions.set(mode, s);
 }
 
 /** One round of `rows` sequences on `mode`'s sessions: each decode step's ms. */

@@ -2,10 +2,10 @@ import { describe, expect, it } from 'vitest';
 import ort from 'onnxruntime-node';
 import { generateCheckpoint } from '../convert/generate.js';
 import { buildLlamaOnnx } from '../convert/onnx-writer.js';
-import { RefSequences } from '../convert/reference.js';
 import { headSize } from '../convert/llama2c.js';
 import { slotStepDone, slotStepFeeds } from './kv-slots.js';
 import { KvPools, RUN_FIXED_COST_WEIGHT_BYTES } from './kv-pools.js';
+import { referenceSteps } from '../../../test/reference-steps.js';
 
 // The slot-cache graph stepped the way the worker steps it (plan, then a run per cache), checked
 // against run.c's forward pass one sequence at a time while a long sequence moves apart and back.
@@ -18,26 +18,18 @@ async function setup(split: boolean, weightBytes = 1000, runFixedWeightBytes = 0
   const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 8, nKvHeads: 4, vocabSize: 64, seqLen: 160, seed: 7, std: 0.3 });
   const sess = await ort.InferenceSession.create(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, { intraOpNumThreads: 1 });
   const pools = new KvPools({ layers: 2, kvHeads: 4, headDim: headSize(ck.config), positionsMax: 160, emptyCacheFeeds: true }, weightBytes, split, runFixedWeightBytes);
-  const refs = new RefSequences(ck);
-  const V = ck.config.vocabSize;
-  let maxErr = 0;
+  const ref = referenceSteps(ck);
   /** One step as worker.ts slotStep runs it; answers how many runs it took. */
   const step = async (rows: Array<{ seq: number; tokens: number[] }>) => {
     const runs = pools.plan(rows);
     for (const run of runs) {
       const part = run.rows.map((i) => rows[i]!);
       const st = slotStepFeeds(run.pool, part);
-      const logits = slotStepDone(run.pool, st, await sess.run(st.feeds));
-      part.forEach((r, b) => {
-        const want = refs.feed(r.seq, r.tokens);
-        for (let i = 0; i < V; i++) maxErr = Math.max(maxErr, Math.abs(logits[b * V + i]! - want[i]!));
-        expect(pools.len(r.seq)).toBe(refs.len(r.seq));
-      });
+      ref.check(part, slotStepDone(run.pool, st, await sess.run(st.feeds)), (seq) => pools.len(seq));
     }
     return runs.length;
   };
-  const tok = (n: number, seed: number) => Array.from({ length: n }, (_, i) => 1 + ((seed * 7 + i * 13) % (V - 1)));
-  return { pools, step, tok, maxErr: () => maxErr };
+  return { pools, step, tok: ref.tok, maxErr: ref.maxErr };
 }
 
 describe('KvPools', () => {

@@ -11,6 +11,7 @@ import { ResidentSlots } from './kv-resident.js';
 import { growGraph, residentGraph } from './resident-graph.js';
 import { rewrittenGraphSessionConfig } from './external-data.js';
 import { webgpuMissing } from '../../../test/webgpu-probe.js';
+import { promptsBesideDecoding, referenceSteps } from '../../../test/reference-steps.js';
 
 // The device-resident cache (resident-graph.ts, kv-resident.ts) driven as the worker drives it,
 // checked against run.c's forward pass one sequence at a time: rows of different lengths in one
@@ -70,30 +71,10 @@ describe('device-resident KV cache', () => {
         grow: await ort.InferenceSession.create(growGraph(layout, OPSET), { ...opts, preferredOutputLocation: provider === 'webgpu' ? { kv_cache_out: 'gpu-buffer' } : undefined }),
       };
       const kv = new ResidentSlots(layout, sessions);
-      const refs = new RefSequences(ck);
-      const V = ck.config.vocabSize;
-      let maxErr = 0;
-      const run = async (rows: Array<{ seq: number; tokens: number[] }>) => {
-        const logits = await kv.step(rows, (feeds) => sessions.step.run(feeds));
-        rows.forEach((r, b) => {
-          const want = refs.feed(r.seq, r.tokens);
-          for (let i = 0; i < V; i++) maxErr = Math.max(maxErr, Math.abs(logits[b * V + i]! - want[i]!));
-          expect(kv.len(r.seq)).toBe(refs.len(r.seq));
-        });
-      };
-      const tok = (n: number, seed: number) => Array.from({ length: n }, (_, i) => 1 + ((seed * 7 + i * 13) % (V - 1)));
-      await run([
-        { seq: 1, tokens: tok(5, 1) },
-        { seq: 2, tokens: tok(2, 2) },
-        { seq: 3, tokens: tok(9, 3) },
-      ]);
-      for (let i = 0; i < 3; i++) await run([1, 2, 3].map((seq) => ({ seq, tokens: tok(1, seq + i) })));
-      await run([{ seq: 4, tokens: tok(6, 4) }]);
-      await run([
-        { seq: 3, tokens: tok(1, 9) },
-        { seq: 4, tokens: tok(4, 5) },
-        { seq: 1, tokens: tok(1, 8) },
-      ]);
+      const { check, maxErr, tok } = referenceSteps(ck);
+      const run = async (rows: Array<{ seq: number; tokens: number[] }>) => check(rows, await kv.step(rows, (feeds) => sessions.step.run(feeds)), (seq) => kv.len(seq));
+      // Prompts beside decoding rows, one in two chunks.
+      await promptsBesideDecoding(run, tok);
       // Sequence 2 leaves; sequence 5 takes its slot (its stale positions hidden), rows in any order.
       expect(kv.delete(2)).toBe(true);
       expect(kv.has(2)).toBe(false);
@@ -114,7 +95,7 @@ describe('device-resident KV cache', () => {
       await run([{ seq: 8, tokens: tok(cap + 5, 8) }]);
       expect(kv.cap).toBeGreaterThan(cap);
       await run([1, 8, 6].map((seq) => ({ seq, tokens: tok(1, seq + 5) })));
-      expect(maxErr).toBeLessThan(TOL);
+      expect(maxErr()).toBeLessThan(TOL);
       await expect(kv.step([{ seq: 1, tokens: tok(200, 1) }], (feeds) => sessions.step.run(feeds))).rejects.toThrow(/passes the model's 200/);
       expect(kv.release()).toBe(false);
       for (const seq of [1, 3, 4, 5, 6, 7, 8]) kv.delete(seq);

@@ -1,6 +1,9 @@
+import fs from 'node:fs';
 import ort from 'onnxruntime-node';
 import { slotCapacityFor, stepRowFeeds } from './kv-slots.js';
-import type { ResidentLayout } from './resident-graph.js';
+import { growGraph, residentGraph, type ResidentLayout } from './resident-graph.js';
+import { withRewrittenGraphConfig } from './external-data.js';
+import { OPSET } from '../convert/onnx-writer.js';
 
 // The KV cache of a chat model on a GPU provider, kept on the device (resident-graph.ts says why):
 // one tensor [2 * layers * slots, kvHeads, capacity, headDim] that every step reads and returns
@@ -27,6 +30,26 @@ export interface ResidentSessions {
   step: ort.InferenceSession;
   /** The grow graph (growGraph). */
   grow: ort.InferenceSession;
+}
+
+/**
+ * The device-cache sessions of the slot graph in `modelPath`: the graph rewritten (resident-graph.ts)
+ * and the grow graph, on `options`' provider, each handing its cache back on the device; `create`
+ * makes a session (the worker's gives its threads their priority). Undefined where the file is no
+ * slot-cache graph with one `new_key_values` output.
+ */
+export async function residentSessions(
+  modelPath: string,
+  layout: ResidentLayout,
+  options: ort.InferenceSession.SessionOptions,
+  create: (graph: Uint8Array, options: ort.InferenceSession.SessionOptions) => Promise<ort.InferenceSession> = (g, o) => ort.InferenceSession.create(g, o),
+): Promise<ResidentSessions | undefined> {
+  const graph = residentGraph(fs.readFileSync(modelPath), layout);
+  if (!graph) return undefined;
+  return {
+    step: await create(graph, withRewrittenGraphConfig({ ...options, preferredOutputLocation: { logits: 'cpu', kv_cache_out: 'gpu-buffer' } }, modelPath)),
+    grow: await create(growGraph(layout, OPSET), { ...options, preferredOutputLocation: { kv_cache_out: 'gpu-buffer' } }),
+  };
 }
 
 export interface ResidentLayoutOf extends ResidentLayout {

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import ort from 'onnxruntime-node';
 import { generateCheckpoint } from '../convert/generate.js';
 import { buildLlamaOnnx, MASK_VALUE } from '../convert/onnx-writer.js';
-import { RefSequences } from '../convert/reference.js';
+import { promptsBesideDecoding, referenceSteps } from '../../../test/reference-steps.js';
 import { headSize } from '../convert/llama2c.js';
 import { HIDDEN_BIAS, KvSlots, slotStepDone, slotStepFeeds } from './kv-slots.js';
 
@@ -24,32 +24,13 @@ describe('slot-cache graph and KvSlots', () => {
       const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: heads, nKvHeads: kvHeads, vocabSize: 64, seqLen: 160, seed: 5, std: 0.3 });
       const sess = await ort.InferenceSession.create(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, { intraOpNumThreads: 1 });
       const sl = new KvSlots({ layers: 2, kvHeads, headDim: headSize(ck.config), positionsMax: 160, emptyCacheFeeds: true });
-      const refs = new RefSequences(ck);
-      const V = ck.config.vocabSize;
-      let maxErr = 0;
+      const { check, maxErr, tok } = referenceSteps(ck);
       const step = async (rows: Array<{ seq: number; tokens: number[] }>) => {
         const st = slotStepFeeds(sl, rows);
-        const logits = slotStepDone(sl, st, await sess.run(st.feeds));
-        rows.forEach((r, b) => {
-          const want = refs.feed(r.seq, r.tokens);
-          for (let i = 0; i < V; i++) maxErr = Math.max(maxErr, Math.abs(logits[b * V + i]! - want[i]!));
-          expect(sl.len(r.seq)).toBe(refs.len(r.seq));
-        });
+        check(rows, slotStepDone(sl, st, await sess.run(st.feeds)), (seq) => sl.len(seq));
       };
-      const tok = (n: number, seed: number) => Array.from({ length: n }, (_, i) => 1 + ((seed * 7 + i * 13) % (V - 1)));
-      await step([
-        { seq: 1, tokens: tok(5, 1) },
-        { seq: 2, tokens: tok(2, 2) },
-        { seq: 3, tokens: tok(9, 3) },
-      ]);
-      for (let i = 0; i < 3; i++) await step([1, 2, 3].map((seq) => ({ seq, tokens: tok(1, seq + i) })));
-      // A prompt in two chunks beside decoding rows, then the middle sequence leaves.
-      await step([{ seq: 4, tokens: tok(6, 4) }]);
-      await step([
-        { seq: 3, tokens: tok(1, 9) },
-        { seq: 4, tokens: tok(4, 5) },
-        { seq: 1, tokens: tok(1, 8) },
-      ]);
+      // Prompts beside decoding rows, one in two chunks, then the middle sequence leaves.
+      await promptsBesideDecoding(step, tok);
       expect(sl.delete(2)).toBe(true);
       expect(sl.has(2)).toBe(false);
       await step([4, 1, 3].map((seq) => ({ seq, tokens: tok(1, seq) })));
@@ -63,7 +44,7 @@ describe('slot-cache graph and KvSlots', () => {
       // The first slot's sequence leaves: the last slot's keys and values move into its place.
       sl.delete(sl.seqs()[0]!);
       await step([...sl.seqs()].map((seq) => ({ seq, tokens: tok(1, seq + 4) })));
-      expect(maxErr).toBeLessThan(TOL);
+      expect(maxErr()).toBeLessThan(TOL);
       for (const seq of [1, 3, 4, 5]) sl.delete(seq);
       // Empty, the buffers stay until released; a cache grown past what is kept starts smaller for a short next sequence.
       expect(sl.live).toBe(0);

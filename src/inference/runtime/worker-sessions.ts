@@ -6,10 +6,8 @@ import type { Arch, InitMsg } from './protocol.js';
 import type { LoadedSessions, SessionKind } from './session-choice.js';
 import { spinningSessionConfig, spinSessionConfig } from './spin.js';
 import { prefillGraph } from './prefill-graph.js';
-import { growGraph, residentGraph } from './resident-graph.js';
 import { withRewrittenGraphConfig } from './external-data.js';
-import type { ResidentSessions } from './kv-resident.js';
-import { OPSET } from '../convert/onnx-writer.js';
+import { residentSessions, type ResidentSessions } from './kv-resident.js';
 import { weightTypeHere } from './integer-products.js';
 import { niceThreadsStartedBy, scheduleThisThreadIdle } from './thread-policy.js';
 
@@ -124,13 +122,9 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void): 
   const resident =
     slotCache && provider === 'webgpu' && msg.kvOnDevice
       ? await extra('device-resident KV cache', 'every step copies its rows\' cache to the device', async () => {
-          const graph = residentGraph(fs.readFileSync(msg.modelPath), arch);
-          if (!graph) throw new Error('the graph is not a slot-cache graph with one new_key_values output (convert it again)');
-          const onDevice = { ...base, executionProviders: [provider] };
-          return {
-            step: await createSession(graph, withRewrittenGraphConfig({ ...onDevice, preferredOutputLocation: { logits: 'cpu', kv_cache_out: 'gpu-buffer' } }, msg.modelPath)),
-            grow: await createSession(growGraph(arch, OPSET), { ...onDevice, preferredOutputLocation: { kv_cache_out: 'gpu-buffer' } }),
-          };
+          const sessions = await residentSessions(msg.modelPath, arch, { ...base, executionProviders: [provider] }, createSession);
+          if (!sessions) throw new Error('the graph is not a slot-cache graph with one new_key_values output (convert it again)');
+          return sessions;
         })
       : undefined;
 
