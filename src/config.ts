@@ -50,6 +50,9 @@ const envSchema = z.object({
   // Memory per evaluation model for states kept after their questions ran, so the same user's
   // next request on the same state does not prefill it again; 0 keeps none. See options.ts.
   EVAL_PREFIX_CACHE_MB: int(0, 1_048_576).default(256),
+  // Memory per chat model for finished generations kept so that the same user's next prompt
+  // opening with the same tokens runs only the rest; 0 keeps none. See options.ts.
+  CHAT_PREFIX_CACHE_MB: int(0, 1_048_576).default(256),
   // A body must arrive within this from the request's start (408 and the connection closed
   // after): a client trickling a body must not hold a stream route's 10-minute deadline.
   BODY_TIMEOUT_MS: int(100, 3_600_000).default(30_000),

@@ -5,7 +5,8 @@ import type { LlamaCheckpoint } from '../src/inference/convert/llama2c.js';
 /**
  * A KV cache's steps checked against run.c's forward pass one sequence at a time (the slot caches'
  * tests): `check` compares a step's logits [rows, vocab] with the reference's and each row's
- * cached positions (`len`) with the reference's; `maxErr` is the largest logit difference seen;
+ * cached positions (`len`) with the reference's; `prime` feeds positions a step's cache starts with;
+ * `maxErr` is the largest logit difference seen;
  * `tok` makes `n` token ids from `seed`, none of them 0.
  */
 export function referenceSteps(ck: LlamaCheckpoint) {
@@ -20,6 +21,8 @@ export function referenceSteps(ck: LlamaCheckpoint) {
         expect(len(r.seq)).toBe(refs.len(r.seq));
       });
     },
+    /** Feeds the reference `tokens` of `seq` unchecked: the positions a step's cache starts with (a copy of another sequence's). */
+    prime: (seq: number, tokens: number[]): void => void refs.feed(seq, tokens),
     maxErr: () => maxErr,
     tok: (n: number, seed: number) => Array.from({ length: n }, (_, i) => 1 + ((seed * 7 + i * 13) % (V - 1))),
   };

@@ -85,6 +85,12 @@ export interface GenerateRequest {
   stop: string[];
   signal?: AbortSignal;
   /**
+   * Whose request this is (the user): a later prompt of the same scope that opens with this one's
+   * tokens starts from its kept cache (runtime/kept-prompts.ts); none of another scope's does.
+   * Absent: nothing kept, nothing found.
+   */
+  shareScope?: string;
+  /**
    * Called exactly once when the sequence ends (finished, cancelled or failed)
    * with the tokens really run: billing uses this, not what a client read.
    */

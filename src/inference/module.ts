@@ -32,7 +32,7 @@ export const inferenceModule: Module = {
       kvSplit: c.KV_SPLIT_LONG_ROWS,
       kvOnDevice: c.KV_ON_DEVICE,
       replicas: c.MODEL_REPLICAS,
-      options: { admissionWaitMsMax: c.ADMISSION_WAIT_MS_MAX, prefixCacheBytesMax: c.EVAL_PREFIX_CACHE_MB * 2 ** 20 },
+      options: { admissionWaitMsMax: c.ADMISSION_WAIT_MS_MAX, prefixCacheBytesMax: c.EVAL_PREFIX_CACHE_MB * 2 ** 20, chatPrefixCacheBytesMax: c.CHAT_PREFIX_CACHE_MB * 2 ** 20 },
       dtype: c.MODEL_DTYPE,
     });
     log.info({ models: engine.list().map((m) => `${m.id} (${m.kind})`), provider: c.EXECUTION_PROVIDER }, 'models loaded');

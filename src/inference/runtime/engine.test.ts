@@ -388,6 +388,91 @@ describe('engine keeping prefilled states for later requests (EVAL_PREFIX_CACHE_
   }, 30_000);
 });
 
+describe("engine keeping finished generations for their user's next prompt (CHAT_PREFIX_CACHE_MB)", () => {
+  const counter = async (name: string) => ((await registries.inference.getSingleMetric(name)!.get()).values.find((v) => v.labels.model_name === gen())?.value ?? 0);
+  /** A conversation's next turn: the last prompt, its answer, and a new message's tokens. */
+  const nextTurn = (last: number[], answer: number[], more: number) => [...last, ...answer, ...prompt(more).slice(1)];
+  const scoped = (tokens: number[], shareScope: string, maxTokens = 12, signal?: AbortSignal) => greedy(tokens, maxTokens, { shareScope, signal });
+
+  it("starts the same user's next turn from the kept generation, with the tokens and usage it gets alone; another user's runs it all", async () => {
+    const first = await collect(scoped(prompt(6), 'u'));
+    expect(first.done.finishReason).toBe('length');
+    const turn = nextTurn(prompt(6), first.ids, 3);
+    const alone = await collect(greedy(turn));
+    const hits0 = await counter('vllm:prefix_cache_hits_total');
+    const second = await collect(scoped(turn, 'u'));
+    // Its cache held the prompt and every answer token but the last, which no step fed back.
+    const hits = (await counter('vllm:prefix_cache_hits_total')) - hits0;
+    expect(hits).toBe(prompt(6).length + first.ids.length - 1);
+    expect(second.ids).toEqual(alone.ids);
+    expect(second.done.usage).toEqual(alone.done.usage); // billed as if it ran alone
+    const other = await collect(scoped(turn, 'w'));
+    expect(other.ids).toEqual(alone.ids);
+    expect((await counter('vllm:prefix_cache_hits_total')) - hits0).toBe(hits);
+    // A turn whose client cut the first answer short starts from the first positions of the second turn's generation.
+    const edited = nextTurn(prompt(6), first.ids.slice(0, 5), 2);
+    const editedAlone = await collect(greedy(edited));
+    const hits1 = await counter('vllm:prefix_cache_hits_total');
+    expect((await collect(scoped(edited, 'u'))).ids).toEqual(editedAlone.ids);
+    expect((await counter('vllm:prefix_cache_hits_total')) - hits1).toBe(prompt(6).length + 5);
+  });
+
+  it('starts a turn that arrives while other streams decode from the kept one, within their run, and each stream gets the tokens it gets alone', async () => {
+    const first = await collect(scoped(prompt(7), 'j'));
+    const turn = nextTurn(prompt(7), first.ids, 4);
+    const [alone, ...others] = await Promise.all([collect(greedy(turn)), ...[1, 2, 3].map((i) => collect(greedy(prompt(i), 30)))]);
+    const hits0 = await counter('vllm:prefix_cache_hits_total');
+    const running = [1, 2, 3].map((i) => collect(greedy(prompt(i), 30)));
+    await new Promise((r) => setTimeout(r, 5));
+    const second = await collect(scoped(turn, 'j'));
+    expect(second.ids).toEqual(alone.ids);
+    expect((await Promise.all(running)).map((r) => r.ids)).toEqual(others.map((r) => r.ids));
+    expect((await counter('vllm:prefix_cache_hits_total')) - hits0).toBe(prompt(7).length + first.ids.length - 1);
+  });
+
+  it('lets a kept generation serve again after a turn starting from it is cancelled before it ran, and keeps no cancelled one', async () => {
+    const first = await collect(scoped(prompt(8), 'c'));
+    const turn = nextTurn(prompt(8), first.ids, 2);
+    const hits0 = await counter('vllm:prefix_cache_hits_total');
+    const gone = new AbortController();
+    const cancelled = collect(scoped(turn, 'c', 12, gone.signal));
+    gone.abort();
+    expect((await cancelled).done.finishReason).toBe('cancelled');
+    const again = await collect(scoped(turn, 'c'));
+    expect(again.done.finishReason).toBe('length');
+    const kept = prompt(8).length + first.ids.length - 1;
+    // The cancelled turn may or may not have started from it before the abort; the next one did.
+    const hits = (await counter('vllm:prefix_cache_hits_total')) - hits0;
+    expect([kept, 2 * kept]).toContain(hits);
+    // A stream cancelled mid-way is not kept: a turn after it starts from the kept first turn's end at most.
+    const midway = new AbortController();
+    const third = nextTurn(turn, again.ids, 1);
+    const it = scoped(third, 'c', 40, midway.signal);
+    await it.next();
+    midway.abort();
+    for await (const ev of it) if (ev.type === 'done') expect(ev.finishReason).toBe('cancelled');
+    const h1 = await counter('vllm:prefix_cache_hits_total');
+    await collect(scoped(nextTurn(third, [], 2), 'c'));
+    expect((await counter('vllm:prefix_cache_hits_total')) - h1).toBe(turn.length + again.ids.length - 1);
+  });
+
+  it('keeps none with a budget of 0, and the worker holds no kept cache', async () => {
+    const e = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { chatPrefixCacheBytesMax: 0 } });
+    try {
+      const run = (tokens: number[]) => collect(e.generate(gen(), { promptTokens: tokens, maxTokens: 12, temperature: 0, topP: 1, stop: [], shareScope: 'z' }));
+      const first = await run(prompt(5));
+      const hits0 = await counter('vllm:prefix_cache_hits_total');
+      const second = await run(nextTurn(prompt(5), first.ids, 2));
+      expect(second.done.finishReason).toBe('length');
+      expect((await counter('vllm:prefix_cache_hits_total')) - hits0).toBe(0);
+      const runner = (e as unknown as { models: Map<string, { runners: Runner[] }> }).models.get(gen())!.runners[0]!;
+      expect(runner.arch.keepsGenerations).toBe(false);
+    } finally {
+      await e.close();
+    }
+  }, 30_000);
+});
+
 describe('engine without a usable branch graph', () => {
   it('loads an evaluation model whose branch.onnx is broken and scores with the model graph, the same scores', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-nobranch-'));
@@ -498,6 +583,14 @@ describe.skipIf(!fs.existsSync(HF))('a real Hugging Face optimum export (../shar
       expect(r.done.usage.outputTokens).toBeGreaterThan(0);
       const again = await collect(e.generate('hf/tiny-random-llama', { promptTokens: tokens, maxTokens: 6, temperature: 0, topP: 1, stop: [] }));
       expect(again.ids).toEqual(r.ids);
+      // Its graph continues a cache by one token a step only (its mask subgraph refuses more): it keeps no generations, and a user's next turn runs whole.
+      expect((e as unknown as { models: Map<string, { runners: Runner[] }> }).models.get('hf/tiny-random-llama')!.runners[0]!.arch.keepsGenerations).toBe(false);
+      const turn = [...tokens, ...r.ids, ...(await e.encodeChat('hf/tiny-random-llama', [{ role: 'user', content: 'And then?' }])).slice(1)];
+      const hits = async () => (await registries.inference.getSingleMetric('vllm:prefix_cache_hits_total')!.get()).values.find((v) => v.labels.model_name === 'hf/tiny-random-llama')?.value ?? 0;
+      await collect(e.generate('hf/tiny-random-llama', { promptTokens: tokens, maxTokens: 6, temperature: 0, topP: 1, stop: [], shareScope: 'u' }));
+      const next = await collect(e.generate('hf/tiny-random-llama', { promptTokens: turn, maxTokens: 6, temperature: 0, topP: 1, stop: [], shareScope: 'u' }));
+      expect(next.done.finishReason).toBe('length');
+      expect(await hits()).toBe(0);
     } finally {
       await e.close();
       fs.rmSync(dir, { recursive: true, force: true });

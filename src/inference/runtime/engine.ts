@@ -216,6 +216,7 @@ export class Engine implements InferenceEngine {
           kvSplit: cfg.kvSplit ?? true,
           kvOnDevice: cfg.kvOnDevice ?? true,
           modelBytes: modelBytes(modelPath),
+          keepGenerations: c.kind === 'chat' && opts.chatPrefixCacheBytesMax > 0,
         };
         const runners: Runner[] = [];
         // One after another: each worker's warm-up measures its sessions on cores the others leave idle.
@@ -298,7 +299,17 @@ export class Engine implements InferenceEngine {
   }
 
   generate(modelId: string, req: GenerateRequest): AsyncGenerator<GenerateEvent> {
-    return pickReplica(this.get(modelId).schedulers).generate(req);
+    const schedulers = this.get(modelId).schedulers;
+    // The replica that kept the most of this prompt's opening (an earlier turn of the conversation) runs it.
+    let holder: Scheduler | undefined;
+    let most = 0;
+    if (schedulers.length > 1) {
+      for (const s of schedulers) {
+        const n = s.keptOpening(req.promptTokens, req.shareScope);
+        if (n > most && s.alive) [holder, most] = [s, n];
+      }
+    }
+    return (holder ?? pickReplica(schedulers)).generate(req);
   }
 
   scoreBranches(modelId: string, req: ScoreRequest): Promise<ScoreResult> {

@@ -1,4 +1,4 @@
-import { freshSlotCapacity, KvSlots, type SlotLayout } from './kv-slots.js';
+import { freshSlotCapacity, KvSlots, type KeptKv, type SlotLayout } from './kv-slots.js';
 
 // Every row of a slot-cache step reads its cache's whole capacity, and the capacity follows the
 // longest sequence: beside one long conversation every short row read its length too (16 rows
@@ -90,6 +90,16 @@ export class KvPools {
   /** Drops a sequence; the buffers stay for the next (see release): a conversation's next turn is long too. */
   delete(seq: number): boolean {
     return this.caches.some((c) => c.delete(seq));
+  }
+
+  /** Moves a sequence's positions out of its cache (KvSlots.takeOut). */
+  takeOut(seq: number): KeptKv | undefined {
+    return this.poolOf(seq)?.takeOut(seq);
+  }
+
+  /** A new sequence holding the first `at` positions of a kept cache, in the cache new sequences start in (KvSlots.putIn). */
+  putIn(seq: number, kept: KeptKv, at: number): void {
+    this.near.putIn(seq, kept, at);
   }
 
   /** Frees the buffers of the caches no sequence holds a slot in; answers whether any were. */

@@ -63,6 +63,36 @@ describe('slot-cache graph and KvSlots', () => {
     });
   }
 
+  it("starts a sequence from a kept one's first positions (takeOut, putIn) as if it had run them, beside sequences decoding", async () => {
+    const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, vocabSize: 64, seqLen: 160, seed: 9, std: 0.3 });
+    const sess = await ort.InferenceSession.create(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, { intraOpNumThreads: 1 });
+    const sl = new KvSlots({ layers: 2, kvHeads: 2, headDim: headSize(ck.config), positionsMax: 160, emptyCacheFeeds: true });
+    const { check, prime, maxErr, tok } = referenceSteps(ck);
+    const step = async (rows: Array<{ seq: number; tokens: number[] }>) => {
+      const st = slotStepFeeds(sl, rows);
+      check(rows, slotStepDone(sl, st, await sess.run(st.feeds)), (seq) => sl.len(seq));
+    };
+    await promptsBesideDecoding(step, tok);
+    // Sequence 2's tokens so far (promptsBesideDecoding: a 2-token prompt, then three decode steps).
+    const two = [...tok(2, 2), ...[0, 1, 2].map((i) => tok(1, 2 + i)[0]!)];
+    const len = sl.len(2);
+    const kept = sl.takeOut(2)!;
+    expect([kept.len, sl.has(2), sl.live]).toEqual([len, false, 3]);
+    expect(kept.k[0]!.length).toBe(2 * len * headSize(ck.config));
+    // Its first 4 positions start sequence 8, whose prompt goes on from there; all of them start sequence 9 in a cache grown meanwhile.
+    sl.putIn(8, kept, 4);
+    prime(8, two.slice(0, 4));
+    await step([{ seq: 8, tokens: tok(6, 8) }, { seq: 1, tokens: tok(1, 31) }, { seq: 3, tokens: tok(1, 33) }]);
+    await step([{ seq: 5, tokens: tok(70, 5) }]);
+    sl.putIn(9, kept, kept.len);
+    prime(9, two);
+    await step([9, 8, 1].map((seq) => ({ seq, tokens: tok(1, seq + 40) })));
+    expect(maxErr()).toBeLessThan(TOL);
+    expect(() => sl.putIn(9, kept, 2)).toThrow(/holds a slot already/);
+    expect(() => sl.putIn(10, kept, kept.len + 1)).toThrow(/has no first/);
+    expect(sl.takeOut(2)).toBeUndefined();
+  });
+
   it('reads the per-layer outputs of folders converted before new_key_values (cloudgate-convert/4)', async () => {
     const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, vocabSize: 64, seqLen: 64, seed: 3, std: 0.3 });
     const sess = await ort.InferenceSession.create(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, { intraOpNumThreads: 1 });

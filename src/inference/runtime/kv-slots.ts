@@ -93,6 +93,16 @@ function copyHeads(heads: number, headDim: number, len: number, src: Float32Arra
   }
 }
 
+/** A sequence's cache out of the slots (KvSlots.takeOut): per layer [kvHeads, len, headDim] keys and values. */
+export interface KeptKv {
+  len: number;
+  k: Float32Array[];
+  v: Float32Array[];
+}
+
+/** Bytes a kept cache holds. */
+export const keptKvBytes = (kept: KeptKv): number => kept.k.reduce((n, b) => n + b.byteLength, 0) * 2;
+
 export class KvSlots {
   private k: Float32Array[] = [];
   private v: Float32Array[] = [];
@@ -275,6 +285,44 @@ export class KvSlots {
     }
     to.lenAt[to.slotOf.get(seq)!] = len;
     this.delete(seq);
+  }
+
+  /**
+   * Moves a sequence's positions out of its slot into buffers of their own (its slot is freed, so
+   * the live slots stay contiguous), for a later sequence to start from (`putIn`): a finished
+   * generation kept for the next request that opens with the same tokens (scheduler.ts `kept prompts`).
+   */
+  takeOut(seq: number): KeptKv | undefined {
+    const slot = this.slotOf.get(seq);
+    if (slot === undefined) return undefined;
+    const { kvHeads: H, headDim: D } = this.layout;
+    const len = this.lenAt[slot]!;
+    const s = this.stride();
+    const out = (buf: Float32Array) => {
+      const o = new Float32Array(H * len * D);
+      copyHeads(H, D, len, buf, slot * s, this.cap, o, 0, len);
+      return o;
+    };
+    const kept = { len, k: this.k.map(out), v: this.v.map(out) };
+    this.delete(seq);
+    return kept;
+  }
+
+  /** Gives `seq` (not holding a slot) a slot holding the first `at` positions of `kept`. */
+  putIn(seq: number, kept: KeptKv, at: number): void {
+    if (this.slotOf.has(seq)) throw new Error(`sequence ${seq} holds a slot already`);
+    if (!(Number.isInteger(at) && at > 0 && at <= kept.len)) throw new Error(`a kept cache of ${kept.len} positions has no first ${at}`);
+    this.open(seq);
+    // Room for the prompt's next position too.
+    this.reserve(Math.min(at + 1, this.layout.positionsMax));
+    const { kvHeads: H, headDim: D } = this.layout;
+    const slot = this.slotOf.get(seq)!;
+    const dst = slot * this.stride();
+    for (let l = 0; l < this.layout.layers; l++) {
+      copyHeads(H, D, at, kept.k[l]!, 0, kept.len, this.k[l]!, dst, this.cap);
+      copyHeads(H, D, at, kept.v[l]!, 0, kept.len, this.v[l]!, dst, this.cap);
+    }
+    this.lenAt[slot] = at;
   }
 
   /**

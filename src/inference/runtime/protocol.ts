@@ -57,6 +57,11 @@ export interface InitMsg {
   joinedStepTokensMax: number;
   /** Each token's text mid-document (null: not whole characters), for grammar-constrained sampling. */
   tokenTexts?: Array<string | null>;
+  /**
+   * A generation that ends keeps its cache (out of the slots) until a `keep` or `free` of it says
+   * what the scheduler does with it (scheduler.ts, kept prompts): CHAT_PREFIX_CACHE_MB above 0.
+   */
+  keepGenerations: boolean;
 }
 
 /** Forward passes the worker has run since it started, by session: every core sleeping (wide), one thread (narrow), every core spinning (spinning), the products as int8 ones (prefill), those on spinning threads (prefillSpinning), on one thread (prefillNarrow). */
@@ -76,6 +81,11 @@ export interface Arch {
   provider: string;
   /** How the prefill session's int8 products store their weights on this CPU (integer-products.ts); absent without that session. */
   prefillWeights?: WeightType;
+  /**
+   * Ended generations are kept (InitMsg.keepGenerations) and a new one may start from a kept one's
+   * first positions (`fork`): a slot cache on the host only (worker.ts init says why).
+   */
+  keepsGenerations: boolean;
 }
 
 /**
@@ -107,6 +117,12 @@ export interface StepRow {
   seq: number;
   tokens: number[];
   sampler?: SamplerSpec;
+  /**
+   * A new sequence whose cache starts as the first `tokens.length` positions of kept generation
+   * `seq` (kept-prompts.ts), `tokens` being what those positions hold; the row's own tokens follow.
+   * Where that generation is not kept after all, the row runs `tokens` first (the step's answer says so).
+   */
+  from?: { seq: number; tokens: number[] };
 }
 
 export type WorkerCommand =
@@ -122,9 +138,14 @@ export type WorkerCommand =
    * that has ended is ignored.
    */
   | { type: 'interrupt'; id: number }
-  /** New sequences `to` that continue `from`'s first `at` positions (all of them by default): its KV is shared, not copied. */
+  /**
+   * New sequences `to` that continue `from`'s first `at` positions (all of them by default): its KV is
+   * shared, not copied (a slot cache copies them from a kept generation's, between two steps).
+   */
   | { type: 'fork'; id: number; from: number; to: number[]; at?: number }
   | { type: 'free'; seqs: number[] }
+  /** These sequences generate no more, and their caches stay for later forks (Arch.keepsGenerations) until freed. */
+  | { type: 'keep'; seqs: number[] }
   /** Waits for the work before it (a decode run stops after its current step), releases the sessions and ends the worker thread (worker.ts endThread). */
   | { type: 'close'; id: number }
   /**
@@ -145,8 +166,9 @@ export type WorkerEvent =
    * tokens[b]: the token sampled for row b, -1 for rows without a sampler (their logits are the answer).
    * rowsInStep: the rows of the step this reply's rows ran in, on the first reply of that step; 0 on
    * the other replies of a step that joins shared (worker.ts runJoins), so each step is counted once.
+   * missed: the rows (their sequences) that were to start from a kept generation (StepRow.from) and ran its tokens instead.
    */
-  | { type: 'step'; id: number; logits: Float32Array; tokens: Int32Array; kvBytes: number; passes: ModelPasses; logprobs?: Array<TokenLogprob | null>; rowsInStep: number }
+  | { type: 'step'; id: number; logits: Float32Array; tokens: Int32Array; kvBytes: number; passes: ModelPasses; logprobs?: Array<TokenLogprob | null>; rowsInStep: number; missed?: number[] }
   /** Steps of a decode run, in order: one, or a few fast ones held together (token-posts.ts). */
   | { type: 'tokens'; id: number; steps: StepTokens[] }
   | { type: 'decode-done'; id: number; kvBytes: number; passes: ModelPasses }

@@ -16,6 +16,8 @@ export interface StepResult {
   logprobs?: Array<TokenLogprob | null>;
   /** Rows of the step these rows ran in; 0 where joins shared a step and another reply counted it (protocol.ts). */
   rowsInStep: number;
+  /** Rows (sequences) that were to start from a kept generation and ran its tokens instead (protocol.ts StepRow.from). */
+  missed?: number[];
 }
 /** One decode-run step: the token (and, when asked, logprob) of each sequence that ran; `madeAt`: when the worker sampled them, on this thread's performance.now() clock. */
 export type OnTokens = (seqs: number[], tokens: Int32Array, logprobs: Array<TokenLogprob | null> | undefined, madeAt: number) => void;
@@ -185,18 +187,19 @@ export class Runner {
 
   /** A prompt step: last-position logits of every row, and the token sampled for rows that carried a sampler (-1 for the others). */
   async step(rows: StepRow[]): Promise<StepResult> {
-    const r = (await this.call({ type: 'step', id: this.nextId++, rows })) as Extract<WorkerEvent, { type: 'step' }>;
-    this.kvBytes = r.kvBytes;
-    this.countPasses(r.passes);
-    return { logits: r.logits, tokens: r.tokens, logprobs: r.logprobs, rowsInStep: r.rowsInStep };
+    return this.stepResult(await this.call({ type: 'step', id: this.nextId++, rows }));
   }
 
   /** A prompt step that joins the decode run in flight (or runs as a step when there is none). */
   async join(rows: StepRow[]): Promise<StepResult> {
-    const r = (await this.call({ type: 'join', id: this.nextId++, rows })) as Extract<WorkerEvent, { type: 'step' }>;
+    return this.stepResult(await this.call({ type: 'join', id: this.nextId++, rows }));
+  }
+
+  private stepResult(e: WorkerEvent): StepResult {
+    const r = e as Extract<WorkerEvent, { type: 'step' }>;
     this.kvBytes = r.kvBytes;
     this.countPasses(r.passes);
-    return { logits: r.logits, tokens: r.tokens, logprobs: r.logprobs, rowsInStep: r.rowsInStep };
+    return { logits: r.logits, tokens: r.tokens, logprobs: r.logprobs, rowsInStep: r.rowsInStep, missed: r.missed };
   }
 
   /**
@@ -241,6 +244,11 @@ export class Runner {
 
   free(seqs: number[]): void {
     if (seqs.length && !this.closing) this.worker?.postMessage({ type: 'free', seqs } satisfies WorkerCommand);
+  }
+
+  /** These generations make no more tokens, and their caches stay for later prompts (protocol.ts `keep`) until freed. */
+  keep(seqs: number[]): void {
+    if (seqs.length && !this.closing) this.worker?.postMessage({ type: 'keep', seqs } satisfies WorkerCommand);
   }
 
   /**

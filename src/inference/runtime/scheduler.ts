@@ -9,6 +9,8 @@ import { CompletionRate } from './throughput.js';
 import { logSoftmax } from './sampler.js';
 import { Generation } from './output.js';
 import type { ModelText } from './text.js';
+import { KeptPrompts, type KeptPrompt } from './kept-prompts.js';
+import type { StepRow } from './protocol.js';
 
 // One owner of a model's batch slots. Sequences join between steps and leave
 // when done; the worker either decodes (a run of steps, every decoding
@@ -53,6 +55,15 @@ interface Seq {
   joining?: boolean;
   /** The decode run (Scheduler.runId) its prompt was sent to join. */
   joinedRun?: number;
+  /** A generation's user (GenerateRequest.shareScope), where prompts are kept (kept-prompts.ts). */
+  scope?: string;
+  /** Its whole prompt and the tokens the worker sampled for it, where it may be kept. */
+  prompt?: number[];
+  sampled?: number[];
+  /** The kept generation its cache starts from, and the tokens taken from it: sent with its first prompt chunk. */
+  from?: { kept: KeptPrompt; tokens: number[] };
+  /** Its worker sequence has been freed or kept (release): the reaper leaves it. */
+  released?: boolean;
 }
 
 /** A prefilled prefix kept for later jobs of its key (Scheduler.kept). */
@@ -89,6 +100,8 @@ export class Scheduler {
   private readonly joinsToSend: Seq[] = [];
   private readonly vocab: number;
   private readonly completions = new CompletionRate();
+  /** Finished generations kept for later prompts of their user (opts.chatPrefixCacheBytesMax); none where the worker keeps none. */
+  private readonly keptPrompts: KeptPrompts | undefined;
 
   constructor(
     readonly modelId: string,
@@ -99,6 +112,9 @@ export class Scheduler {
   ) {
     this.vocab = runner.arch.vocab;
     runner.onLost = (e) => this.workerLost(e);
+    if (opts.chatPrefixCacheBytesMax > 0 && runner.arch.keepsGenerations) {
+      this.keptPrompts = new KeptPrompts(opts.chatPrefixCacheBytesMax, kvBytesPerPosition(runner.arch), (seqs) => this.runner.free(seqs));
+    }
   }
 
   /** A sequence takes a batch slot (its queue time ends here). */
@@ -229,10 +245,11 @@ export class Scheduler {
   private sendJoin(seqs: Seq[]): void {
     const counts = seqs.map((s) => s.pending.length);
     this.runner
-      .join(seqs.map((s, b) => ({ seq: s.id, tokens: s.pending.slice(), sampler: this.samplerFor(s, counts[b]!) })))
-      .then(({ tokens, logprobs, rowsInStep }) => {
+      .join(seqs.map((s, b) => this.row(s, counts[b]!)))
+      .then(({ tokens, logprobs, rowsInStep, missed }) => {
         // Joins that arrived together share a step (worker.ts runJoins): counted once, with all its rows.
         if (rowsInStep) M.batchSize.observe({ model: this.modelId, phase: 'prefill' }, rowsInStep);
+        this.startedFromKept(seqs, missed);
         seqs.forEach((seq, b) => {
           seq.joining = false;
           seq.pending.splice(0, counts[b]);
@@ -248,6 +265,7 @@ export class Scheduler {
         else if (seqs.some((s) => !s.cancelled && s.joinedRun !== this.runId)) this.replan?.();
       })
       .catch((e) => {
+        this.startedFromKept(seqs, seqs.map((s) => s.id));
         for (const seq of seqs) {
           seq.joining = false;
           this.fail(seq, e);
@@ -269,12 +287,14 @@ export class Scheduler {
     }
     const gen = new Generation(req, this.text, this.modelId);
     const seq: Seq = { id: this.nextSeq++, pending: [...req.promptTokens], promptLen: req.promptTokens.length, gen, cancelled: false };
+    if (this.keptPrompts && req.shareScope !== undefined) this.startFromKept(seq, req.promptTokens, req.shareScope);
     const onAbort = () => this.cancel(seq);
     req.signal?.addEventListener('abort', onAbort);
     try {
       this.admit(seq);
     } catch (e) {
       req.signal?.removeEventListener('abort', onAbort);
+      this.startedFromKept([seq], [seq.id]);
       throw e;
     }
     const it = this.events(seq, gen, onAbort);
@@ -401,6 +421,66 @@ export class Scheduler {
     });
   }
 
+  /**
+   * A generation of `scope` whose prompt opens with a kept generation's tokens starts from a copy
+   * of that cache (kept-prompts.ts): only the rest of its prompt runs. The copy is made in the
+   * worker with its first prompt chunk (StepRow.from), so it waits for nothing.
+   */
+  private startFromKept(seq: Seq, prompt: number[], scope: string): void {
+    seq.scope = scope;
+    seq.prompt = prompt;
+    seq.sampled = [];
+    M.prefixQueries.inc(this.runner.labels, prompt.length);
+    const found = this.keptPrompts!.best(scope, prompt);
+    if (!found) return;
+    this.keptPrompts!.use(found.kept);
+    seq.from = { kept: found.kept, tokens: prompt.slice(0, found.at) };
+    seq.pending = prompt.slice(found.at);
+  }
+
+  /**
+   * The step that carried these sequences' starts from kept generations (their first prompt chunk)
+   * was answered, or failed or never ran (`missed` then holds every one): the kept ones may go again.
+   */
+  private startedFromKept(seqs: Seq[], missed: number[] = []): void {
+    for (const s of seqs) {
+      if (!s.from) continue;
+      if (!missed.includes(s.id)) M.prefixHits.inc(this.runner.labels, s.from.tokens.length);
+      this.keptPrompts!.forked(s.from.kept);
+      s.from = undefined;
+    }
+  }
+
+  /** How many of `prompt`'s opening tokens a kept generation of `scope` holds here (0: none): where a replica's next generation should go. */
+  keptOpening(prompt: number[], scope?: string): number {
+    return (scope !== undefined && this.keptPrompts?.best(scope, prompt)?.at) || 0;
+  }
+
+  /** A prompt chunk of `n` tokens of `s` as a step's row: with where its cache starts, on the first. */
+  private row(s: Seq, n: number): StepRow {
+    const r: StepRow = { seq: s.id, tokens: s.pending.slice(0, n), sampler: this.samplerFor(s, n) };
+    if (s.from) r.from = { seq: s.from.kept.seq, tokens: s.from.tokens };
+    return r;
+  }
+
+  /**
+   * A generation's worker sequence is done with: kept for later prompts of its user where it
+   * finished (end of text, max_tokens, a stop string) and fits, else freed. Once.
+   */
+  private release(s: Seq): void {
+    if (s.released) return;
+    s.released = true;
+    if (s.from) this.startedFromKept([s], [s.id]); // never sent: its kept generation may go
+    const kp = this.keptPrompts;
+    const sampled = s.sampled ?? [];
+    // What its cache holds for sure: the prompt and each sampled token that a later step fed back.
+    if (kp && s.gen?.finished && !s.cancelled && s.scope !== undefined && sampled.length && kp.add(s.id, s.scope, [...s.prompt!, ...sampled.slice(0, -1)])) {
+      this.runner.keep([s.id]);
+      return;
+    }
+    this.runner.free([s.id]);
+  }
+
   /** Whether a job of this prefix and scope would find it here, prefilling or kept: where a replica's next job should go. */
   holdsPrefix(prefixTokens: number[], shareScope?: string): boolean {
     const key = prefixKey(prefixTokens, shareScope);
@@ -470,8 +550,9 @@ export class Scheduler {
     const g = s.gen!;
     if (g.finished) return;
     this.completions.note();
-    // A prompt cut short is billed for what ran of it; one that made a token, whole.
-    g.end(finishReason, { inputTokens: g.produced > 0 ? s.promptLen : s.promptLen - s.pending.length, outputTokens: g.produced }, failure);
+    // A prompt cut short is billed for what ran of it (a start from a kept generation not yet made: none of it); one that made a token, whole.
+    const ran = s.promptLen - s.pending.length - (s.from?.tokens.length ?? 0);
+    g.end(finishReason, { inputTokens: g.produced > 0 ? s.promptLen : ran, outputTokens: g.produced }, failure);
   }
 
   private paused(seq: Seq): boolean {
@@ -485,6 +566,7 @@ export class Scheduler {
     const w = this.waiting.indexOf(seq);
     if (w >= 0) {
       this.unqueue(w);
+      if (seq.gen) this.release(seq); // never ran: only its hold on a kept generation to let go
     }
     this.kick();
   }
@@ -547,7 +629,8 @@ export class Scheduler {
       if (s.cancelled || (s.gen?.finished ?? false) || (s.branch?.job.cancelled ?? false) || done) {
         this.active.delete(s);
         this.forgetPrefix(s);
-        gone.push(s.id);
+        if (s.gen) this.release(s);
+        else gone.push(s.id);
       }
     }
     this.runner.free(gone);
@@ -568,6 +651,7 @@ export class Scheduler {
     // Their caches went with the worker.
     this.kept.clear();
     this.keptBytes = 0;
+    this.keptPrompts?.clear();
     this.kick();
   }
 
@@ -593,7 +677,15 @@ export class Scheduler {
       width = w;
     }
     M.batchSize.observe({ model: this.modelId, phase: 'prefill' }, rows.length);
-    const { logits, tokens, logprobs } = await this.runner.step(rows.map((r) => ({ seq: r.seq.id, tokens: r.seq.pending.slice(0, r.n), sampler: this.samplerFor(r.seq, r.n) })));
+    let answer;
+    try {
+      answer = await this.runner.step(rows.map((r) => this.row(r.seq, r.n)));
+    } catch (e) {
+      this.startedFromKept(rows.map((r) => r.seq), rows.map((r) => r.seq.id));
+      throw e;
+    }
+    const { logits, tokens, logprobs, missed } = answer;
+    this.startedFromKept(rows.map((r) => r.seq), missed);
     for (let b = 0; b < rows.length; b++) {
       const { seq, n } = rows[b]!;
       seq.pending.splice(0, n);
@@ -679,7 +771,7 @@ export class Scheduler {
       const run = this.runner.decode(rows.map((s) => s.id), this.opts.decodeRunStepsMax, (seqs, tokens, logprobs, madeAt) => {
         steps++;
         M.batchSize.observe({ model: this.modelId, phase: 'decode' }, seqs.length);
-        const drop: number[] = [];
+        const drop: Seq[] = [];
         for (let b = 0; b < seqs.length; b++) {
           const s = byId.get(seqs[b]!);
           if (!s || dropped.has(s.id)) continue;
@@ -688,13 +780,13 @@ export class Scheduler {
             s.pending = [];
             this.accept(s, tokens[b]!, logprobs?.[b], madeAt);
           }
-          // Ended here while the worker would go on: free it there (the token it may still make is never counted).
+          // Ended here while the worker would go on: free (or keep) it there (the token it may still make is never counted).
           if ((s.cancelled || g.finished) && !this.endedInWorker(s, tokens[b]!)) {
             dropped.add(s.id);
-            drop.push(s.id);
+            drop.push(s);
           }
         }
-        if (drop.length) this.runner.free(drop);
+        for (const s of drop) this.release(s);
         if (rows.some((s) => !dropped.has(s.id) && !s.gen!.finished && this.paused(s))) interrupt();
       });
       // After the decode message: the worker is in the run when these arrive, so they join it.
@@ -719,9 +811,14 @@ export class Scheduler {
    * on with it unless it ends the sequence by itself (end of text, max_tokens).
    */
   private accept(s: Seq, tok: number, lp?: TokenLogprob | null, madeAt?: number): void {
+    s.sampled?.push(tok);
     const r = s.gen!.accept(tok, lp ?? undefined, madeAt);
     if (r.goesOn) s.pending = [tok];
-    if (r.finish) this.end(s, r.finish);
+    if (r.finish) {
+      this.end(s, r.finish);
+      // Now, not at the next reap: its reader may send the conversation's next turn as soon as it reads the end.
+      if (s.scope !== undefined) this.release(s);
+    }
   }
 }
 

@@ -218,6 +218,7 @@ async function archOf(session: ort.InferenceSession, provider: string, withPrefi
     hasPositionIds: meta.some((m) => m.name === 'position_ids'),
     provider,
     sharedPrefix: false,
+    keepsGenerations: false,
     ...(withPrefill ? { prefillWeights: await weightTypeHere() } : {}),
   };
   if (slotCache && (arch.kvType !== 'float32' || arch.logitsType !== 'float32')) throw new Error('a slot-cache graph keeps a float32 cache and float32 logits');

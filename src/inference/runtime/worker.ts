@@ -3,7 +3,7 @@ import { parentPort, receiveMessageOnPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
 import { endsGeneration, noPasses, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow } from './protocol.js';
 import { KvStore, type Kv } from './kv.js';
-import { slotStepDone, slotStepFeeds } from './kv-slots.js';
+import { keptKvBytes, slotStepDone, slotStepFeeds, type KeptKv } from './kv-slots.js';
 import { KvPools } from './kv-pools.js';
 import { ResidentSlots, type ResidentLayoutOf } from './kv-resident.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
@@ -64,6 +64,10 @@ interface WorkerState extends LoadedModel {
   passes: ModelPasses;
   /** The daemon's other model workers (peers.ts): told this one's live sequences, asked whether theirs fill the cores. */
   peers: WorkerPeers;
+  /** Ended generations kept for later forks (InitMsg.keepGenerations, Arch.keepsGenerations), out of the slots (KvSlots.takeOut). */
+  kept: Map<number, KeptKv>;
+  /** Bytes of the kept caches out of the slots. */
+  keptBytes: number;
 }
 // The model (LoadedModel) and store are set by init, the first message, before any other is handled.
 const w = {
@@ -84,6 +88,8 @@ const w = {
   pending: 0,
   passes: noPasses(),
   peers: new WorkerPeers(),
+  kept: new Map(),
+  keptBytes: 0,
 } as Partial<WorkerState> as WorkerState;
 
 async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void> {
@@ -103,6 +109,10 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   const resident = w.slotCache && w.resident ? await residentSlotsThatRun({ ...w.arch, positionsMax: msg.positionsMax }) : undefined;
   if (resident) await releaseSlotGraph();
   if (w.slotCache) w.slots = resident ?? new KvPools(slotLayout, msg.modelBytes, msg.kvSplit && onCpu);
+  // Only a slot cache on the host: a graph of past_key_values in and presents out (a Hugging Face
+  // export) may not continue a cache by more than one token a step (tiny-random-llama-hf's mask
+  // subgraph refuses: "invalid expand shape"), and a device cache has no copy here.
+  w.arch.keepsGenerations = msg.keepGenerations && w.slots instanceof KvPools;
 }
 
 /**
@@ -329,7 +339,7 @@ function cached(seq: number): boolean {
 }
 
 function kvBytes(): number {
-  return w.slots ? w.slots.bytes : w.store.bytes;
+  return (w.slots ? w.slots.bytes : w.store.bytes) + w.keptBytes;
 }
 
 /** One forward pass over a batch; rows that all continue one prefix go to the branch graph. */
@@ -539,8 +549,31 @@ function startSampler(seq: number, spec: SamplerSpec): Sampling {
   return sm;
 }
 
+/** Rows that were to start from a kept generation and ran its tokens instead (StepRow.from), until their step's answer says so. */
+const missedForks = new Set<number>();
+
+/**
+ * Starts the rows that open with a kept generation's positions (StepRow.from) from a copy of
+ * them; where it is not kept (or holds fewer), the row runs those tokens first. Once per row:
+ * a shared step that failed runs its rows again, alone (runJoinGroup).
+ */
+function startFromKept(rows: StepRow[]): void {
+  for (const r of rows) {
+    const from = r.from;
+    if (!from) continue;
+    r.from = undefined;
+    const kept = w.kept.get(from.seq);
+    if (kept && kept.len >= from.tokens.length && !cached(r.seq)) fork(from.seq, [r.seq], from.tokens.length);
+    else {
+      r.tokens = [...from.tokens, ...r.tokens];
+      missedForks.add(r.seq);
+    }
+  }
+}
+
 /** A prompt step: rows that end a generation's prompt are sampled here; every row's logits go back too (scoring reads them). */
 async function promptStep(rows: StepRow[]): Promise<{ logits: Float32Array; tokens: Int32Array; logprobs?: Array<TokenLogprob | null> }> {
+  startFromKept(rows);
   const logits = await step(rows);
   const tokens = new Int32Array(rows.length).fill(-1);
   rows.forEach((r, b) => {
@@ -561,13 +594,17 @@ async function replyStep(id: number, rows: StepRow[]): Promise<number[]> {
   const out = await promptStep(rows);
   // The decode run's held tokens first: the main thread reads every message in the worker's order.
   w.tokenPosts?.flush();
-  postStep(id, out.logits, out.tokens, out.logprobs, rows.length);
+  postStep(id, rows, out.logits, out.tokens, out.logprobs, rows.length);
   return startedBy(rows);
 }
 
 /** Posts a prompt step's answer for one request (its rows' logits, tokens and logprobs); `rowsInStep` as protocol.ts says. */
-function postStep(id: number, logits: Float32Array, tokens: Int32Array, logprobs: Array<TokenLogprob | null> | undefined, rowsInStep: number): void {
-  port.postMessage({ type: 'step', id, logits, tokens, kvBytes: kvBytes(), passes: w.passes, logprobs, rowsInStep } satisfies WorkerEvent, [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer]);
+function postStep(id: number, rows: StepRow[], logits: Float32Array, tokens: Int32Array, logprobs: Array<TokenLogprob | null> | undefined, rowsInStep: number): void {
+  const missed = missedForks.size ? rows.filter((r) => missedForks.delete(r.seq)).map((r) => r.seq) : [];
+  port.postMessage(
+    { type: 'step', id, logits, tokens, kvBytes: kvBytes(), passes: w.passes, logprobs, rowsInStep, ...(missed.length ? { missed } : {}) } satisfies WorkerEvent,
+    [logits.buffer as ArrayBuffer, tokens.buffer as ArrayBuffer],
+  );
 }
 
 /** The generations a prompt step starts: its rows that carried a sampler. */
@@ -624,7 +661,7 @@ async function runJoinGroup(group: Array<Extract<WorkerCommand, { type: 'join' }
   let b = 0;
   for (const j of group) {
     const n = j.rows.length;
-    postStep(j.id, out.logits.slice(b * V, (b + n) * V), out.tokens.slice(b, b + n), out.logprobs?.slice(b, b + n), b === 0 ? rows : 0);
+    postStep(j.id, j.rows, out.logits.slice(b * V, (b + n) * V), out.tokens.slice(b, b + n), out.logprobs?.slice(b, b + n), b === 0 ? rows : 0);
     b += n;
   }
   return group.flatMap((j) => startedBy(j.rows));
@@ -654,7 +691,7 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
       // A copy: a held step must not see the joins later pushed onto `live`.
       posts.add({ seqs: live.slice(), tokens, logprobs: logprobsOf(live), madeAt: sharedNow() }, urgent);
       readCommandsNow();
-      applyDeferredFrees();
+      applyDeferred();
       // A slot of a generation that ended here (end of text, max_tokens) is freed now, not when
       // the scheduler's free comes after the run: left in place it broke the run of consecutive
       // slots the next step's rows are fed from, and a swap moved it out of their way, copying
@@ -673,14 +710,21 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
   }
 }
 
-// Frees that arrive while a step is in flight wait for it: the batch in the
-// session's tensors must not change under a running step.
-const deferredFrees: number[] = [];
-function applyDeferredFrees(): void {
-  if (deferredFrees.length) free(deferredFrees.splice(0));
+// Frees, keeps and forks from kept generations that arrive while a step is in flight wait
+// for it, in their order: the batch in the session's tensors must not change under a running step.
+const deferred: Array<() => void> = [];
+function applyDeferred(): void {
+  for (const op of deferred.splice(0)) op();
 }
+/** Runs `op` now, or after the step in flight. */
+const betweenSteps = (op: () => void): void => void (w.busy ? deferred.push(op) : op());
 
 function fork(from: number, to: number[], at?: number): void {
+  const kept = w.kept.get(from);
+  if (kept && w.slots instanceof KvPools) {
+    for (const seq of to) w.slots.putIn(seq, kept, at ?? kept.len);
+    return;
+  }
   if (w.slots) throw new Error('this model graph keeps a slot cache, which does not fork: branches need the past_key_values layout of evaluation models');
   if (w.batch?.seqs.includes(from)) materialize();
   const src = w.store.get(from);
@@ -689,13 +733,36 @@ function fork(from: number, to: number[], at?: number): void {
   w.store.fork(src, to, at);
 }
 
-/** Frees the slots of those of `seqs` whose generation has ended (the scheduler's later free of them finds nothing). */
+/** Frees (or keeps, for later forks) the slots of those of `seqs` whose generation has ended (the scheduler's later free or keep of them finds nothing). */
 function freeEnded(seqs: number[]): void {
   // Every step calls this, and a generation ends once in 64 steps or so: no array unless one did.
-  if (seqs.some((seq) => samplers.get(seq)?.ended)) free(seqs.filter((seq) => samplers.get(seq)?.ended));
+  if (!seqs.some((seq) => samplers.get(seq)?.ended)) return;
+  const ended = seqs.filter((seq) => samplers.get(seq)?.ended);
+  if (w.arch.keepsGenerations) keep(ended);
+  else free(ended);
+}
+
+/** Sequences that generate no more and stay for forks (WorkerCommand `keep`): moved out of the slots. */
+function keep(seqs: number[]): void {
+  if (!(w.arch.keepsGenerations && w.slots instanceof KvPools)) return free(seqs); // nothing asks this of such a worker
+  for (const s of seqs) {
+    samplers.delete(s);
+    const kept = w.slots.takeOut(s);
+    if (!kept) continue;
+    w.kept.set(s, kept);
+    w.keptBytes += keptKvBytes(kept);
+  }
+  w.peers.freed(w.slots.live);
+  if (!w.slots.live) releaseSlotsWhenIdle();
 }
 
 function free(seqs: number[]): void {
+  for (const s of seqs) {
+    missedForks.delete(s);
+    const kept = w.kept.get(s);
+    if (kept) w.keptBytes -= keptKvBytes(kept);
+    w.kept.delete(s);
+  }
   if (w.slots) {
     for (const s of seqs) if (w.slots.delete(s)) samplers.delete(s);
     w.peers.freed(w.slots.live);
@@ -803,7 +870,7 @@ function serial(msg: WorkerCommand & { id: number }, work: () => Promise<void>):
       port.postMessage({ type: 'error', id: msg.id, message: (e as Error).message } satisfies WorkerEvent);
     } finally {
       w.busy = false;
-      applyDeferredFrees();
+      applyDeferred();
       if (--w.pending === 0) restWhenIdle();
     }
   });
@@ -902,14 +969,26 @@ async function onCommand(msg: WorkerCommand): Promise<void> {
       w.interruptedRun = msg.id;
       return;
     case 'fork':
+      // From a kept generation: a copy between two steps (a prompt that starts from it waits for
+      // no decode run), answered as soon as it is made.
+      if (w.kept.has(msg.from)) {
+        return betweenSteps(() => {
+          try {
+            fork(msg.from, msg.to, msg.at);
+            port.postMessage({ type: 'done', id: msg.id } satisfies WorkerEvent);
+          } catch (e) {
+            port.postMessage({ type: 'error', id: msg.id, message: (e as Error).message } satisfies WorkerEvent);
+          }
+        });
+      }
       return serial(msg, async () => {
         fork(msg.from, msg.to, msg.at);
         port.postMessage({ type: 'done', id: msg.id } satisfies WorkerEvent);
       });
     case 'free':
-      if (w.busy) deferredFrees.push(...msg.seqs);
-      else free(msg.seqs);
-      return;
+      return betweenSteps(() => free(msg.seqs));
+    case 'keep':
+      return betweenSteps(() => keep(msg.seqs));
     case 'close':
       w.closeRequested = true;
       return serial(msg, async () => {
