@@ -63,9 +63,27 @@ describe('chat completions', () => {
     expect(finish).toBeDefined();
     const last = chunks[chunks.length - 1]!;
     expect(last.choices).toEqual([]);
-    expect(last.usage).toEqual(whole.usage);
+    // The same user's same prompt again: it starts from the first's kept cache, all but its last token (runtime/kept-prompts.ts), billed all the same.
+    expect(last.usage).toEqual({ ...whole.usage, prompt_tokens_details: { cached_tokens: whole.usage!.prompt_tokens - 1 } });
+    expect(whole.usage!.prompt_tokens_details).toEqual({ cached_tokens: 0 });
     const text = chunks.map((c) => c.choices[0]?.delta.content ?? '').join('');
     expect(text).toBe(whole.choices[0]!.message.content);
+  });
+
+  it("starts a conversation's next turn from the same user's kept one (prompt_tokens_details.cached_tokens), never from another user's", async () => {
+    const [a, b] = [await client(), await client()];
+    const turn1 = [{ role: 'system' as const, content: 'You tell short stories about a dog named Max and his red ball in the park.' }, { role: 'user' as const, content: 'Begin.' }];
+    const first = await a.openai.chat.completions.create({ model: CHAT, messages: turn1, max_tokens: 10, temperature: 0 });
+    const turn2 = [...turn1, { role: 'assistant' as const, content: first.choices[0]!.message.content! }, { role: 'user' as const, content: 'Go on.' }];
+    const hits0 = await metric('vllm:prefix_cache_hits_total', `model_name="${CHAT}"`);
+    const second = await a.openai.chat.completions.create({ model: CHAT, messages: turn2, max_tokens: 10, temperature: 0 });
+    const cached = second.usage!.prompt_tokens_details!.cached_tokens!;
+    // At least the first turn's prompt (the answer's text may not tokenize back to the tokens that made it), billed whole.
+    expect(cached).toBeGreaterThanOrEqual(first.usage!.prompt_tokens);
+    expect(cached).toBeLessThan(second.usage!.prompt_tokens);
+    expect((await metric('vllm:prefix_cache_hits_total', `model_name="${CHAT}"`)) - hits0).toBe(cached);
+    const other = await b.openai.chat.completions.create({ model: CHAT, messages: turn2, max_tokens: 10, temperature: 0 });
+    expect(other.usage).toMatchObject({ prompt_tokens: second.usage!.prompt_tokens, prompt_tokens_details: { cached_tokens: 0 } });
   });
 
   it('stops before a stop sequence taken from the middle of the greedy text, never emitting it', async () => {

@@ -176,7 +176,9 @@ describe('logprobs', () => {
     const stream = await openai.chat.completions.create({ model: CHAT, messages: msgs, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: K, stream: true });
     const streamed: number[] = [];
     for await (const c of stream) for (const x of c.choices[0]?.logprobs?.content ?? []) streamed.push(x.logprob);
-    expect(streamed).toEqual(items.map((x) => x.logprob));
+    // The same, to float32's rounding: the same user's same prompt starts from the first's kept cache and runs its last token alone.
+    expect(streamed).toHaveLength(items.length);
+    streamed.forEach((lp, i) => expect(lp).toBeCloseTo(items[i]!.logprob, 5));
     const none = await openai.chat.completions.create({ model: CHAT, messages: msgs, max_tokens: 2 });
     expect(none.choices[0]!.logprobs).toBeNull();
   });

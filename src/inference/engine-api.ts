@@ -26,6 +26,8 @@ export interface InferenceEngine {
 export interface TokenUsage {
   inputTokens: number;
   outputTokens: number;
+  /** Of inputTokens, those a generation took from a kept cache instead of running them (runtime/kept-prompts.ts); billed all the same. */
+  cachedInputTokens?: number;
 }
 
 export interface ScoreRequest {

@@ -194,10 +194,21 @@ export type LegacyLogprobs = z.infer<typeof LegacyLogprobs>;
 export const FinishReason = z.enum(['stop', 'length', 'tool_calls']);
 export type FinishReason = z.infer<typeof FinishReason>;
 
-export const Usage = z.object({ prompt_tokens: z.number().int(), completion_tokens: z.number().int(), total_tokens: z.number().int() });
+export const Usage = z.object({
+  prompt_tokens: z.number().int(),
+  completion_tokens: z.number().int(),
+  total_tokens: z.number().int(),
+  /** OpenAI's: of prompt_tokens, those taken from a kept cache (runtime/kept-prompts.ts) instead of run; billed as the rest. */
+  prompt_tokens_details: z.object({ cached_tokens: z.number().int() }).optional(),
+});
 export type Usage = z.infer<typeof Usage>;
 /** The daemon's usage in OpenAI's shape. */
-export const openAiUsage = (u: TokenUsage): Usage => ({ prompt_tokens: u.inputTokens, completion_tokens: u.outputTokens, total_tokens: u.inputTokens + u.outputTokens });
+export const openAiUsage = (u: TokenUsage): Usage => ({
+  prompt_tokens: u.inputTokens,
+  completion_tokens: u.outputTokens,
+  total_tokens: u.inputTokens + u.outputTokens,
+  prompt_tokens_details: { cached_tokens: u.cachedInputTokens ?? 0 },
+});
 
 /** The fields every OpenAI answer object starts with. */
 const answerHead = <O extends string>(object: O) => ({

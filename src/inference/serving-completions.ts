@@ -6,7 +6,7 @@ import { takeTurn } from '../http/turns.js';
 import { parse } from '../http/validate.js';
 import type { GenerateEvent, InferenceEngine, ServedModel, TokenLogprob, TokenUsage } from './engine-api.js';
 import type { Policies } from './policy-api.js';
-import { COMPLETION_MAX_TOKENS_DEFAULT, CompletionRequest, openAiUsage, type Completion, type FinishReason, type LegacyLogprobs } from './protocol.js';
+import { COMPLETION_MAX_TOKENS_DEFAULT, CompletionRequest, openAiUsage, type Completion, type FinishReason, type LegacyLogprobs, type Usage } from './protocol.js';
 import { samplingOf } from './serving-chat.js';
 import { checkChars, checkContext, resolveModel } from './serving-checks.js';
 import type { BodyScreen } from './screen.js';
@@ -83,6 +83,7 @@ export async function serveCompletion(ctx: Ctx, engine: InferenceEngine, policie
   const ended = (u: TokenUsage) => {
     total.inputTokens += u.inputTokens;
     total.outputTokens += u.outputTokens;
+    if (u.cachedInputTokens) total.cachedInputTokens = (total.cachedInputTokens ?? 0) + u.cachedInputTokens;
     if (--left === 0) admission.settle(total);
   };
   const gens: AsyncGenerator<GenerateEvent>[] = [];
@@ -154,7 +155,7 @@ async function streamCompletion(
     echo: boolean;
     includeUsage: boolean;
     logprobs: ReturnType<typeof legacyLogprobs> | undefined;
-    usage: () => { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+    usage: () => Usage;
   },
   headers: Record<string, string>,
 ): Promise<void> {

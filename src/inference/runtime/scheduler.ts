@@ -64,6 +64,8 @@ interface Seq {
   from?: { kept: KeptPrompt; tokens: number[] };
   /** Its worker sequence has been freed or kept (release): the reaper leaves it. */
   released?: boolean;
+  /** Prompt tokens its cache started with from a kept generation (usage's cachedInputTokens). */
+  cached?: number;
 }
 
 /** A prefilled prefix kept for later jobs of its key (Scheduler.kept). */
@@ -445,7 +447,10 @@ export class Scheduler {
   private startedFromKept(seqs: Seq[], missed: number[] = []): void {
     for (const s of seqs) {
       if (!s.from) continue;
-      if (!missed.includes(s.id)) M.prefixHits.inc(this.runner.labels, s.from.tokens.length);
+      if (!missed.includes(s.id)) {
+        M.prefixHits.inc(this.runner.labels, s.from.tokens.length);
+        s.cached = s.from.tokens.length;
+      }
       this.keptPrompts!.forked(s.from.kept);
       s.from = undefined;
     }
@@ -552,7 +557,7 @@ export class Scheduler {
     this.completions.note();
     // A prompt cut short is billed for what ran of it (a start from a kept generation not yet made: none of it); one that made a token, whole.
     const ran = s.promptLen - s.pending.length - (s.from?.tokens.length ?? 0);
-    g.end(finishReason, { inputTokens: g.produced > 0 ? s.promptLen : ran, outputTokens: g.produced }, failure);
+    g.end(finishReason, { inputTokens: g.produced > 0 ? s.promptLen : ran, outputTokens: g.produced, ...(s.cached ? { cachedInputTokens: s.cached } : {}) }, failure);
   }
 
   private paused(seq: Seq): boolean {
