@@ -405,7 +405,8 @@ describe("engine keeping finished generations for their user's next prompt (CHAT
     const hits = (await counter('vllm:prefix_cache_hits_total')) - hits0;
     expect(hits).toBe(prompt(6).length + first.ids.length - 1);
     expect(second.ids).toEqual(alone.ids);
-    expect(second.done.usage).toEqual(alone.done.usage); // billed as if it ran alone
+    // Billed as if it ran alone; the usage says how many prompt tokens came from the kept cache.
+    expect(second.done.usage).toEqual({ ...alone.done.usage, cachedInputTokens: hits });
     const other = await collect(scoped(turn, 'w'));
     expect(other.ids).toEqual(alone.ids);
     expect((await counter('vllm:prefix_cache_hits_total')) - hits0).toBe(hits);
@@ -635,11 +636,12 @@ describe('engine with two replicas of a chat model (MODEL_REPLICAS)', () => {
     try {
       const schedulers = (two as unknown as { models: Map<string, { schedulers: Array<{ load(): number }> }> }).models.get(gen())!.schedulers;
       expect(schedulers).toHaveLength(2);
-      // Two requests in flight at once: one on each replica (the first event of each means it was admitted).
+      // Two requests in flight at once: one on each replica (generate admits at once; read before
+      // either can finish, which the first may do before the second's first event on a busy machine).
       const adjust = { bias: [[2, -100]] as const, presence: 0, frequency: 0 };
       const its = [1, 2].map((i) => two.generate(gen(), { promptTokens: prompt(i), maxTokens: 30, temperature: 0, topP: 1, stop: [], adjust }));
-      const firsts = await Promise.all(its.map((it) => it.next()));
       expect(schedulers.map((s) => s.load())).toEqual([1, 1]);
+      const firsts = await Promise.all(its.map((it) => it.next()));
       const rest = await Promise.all(
         its.map(async (it, k) => {
           const first = firsts[k]!.value as GenerateEvent;
