@@ -1,7 +1,5 @@
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { repoRoot } from '../test/daemon.js';
-import { benchArgs, benchKey, daemonProbe, envOf, machine, ownSummary, pairSummary, PHASE_SECONDS_MIN, secondsFlag, streamPhase, wholeFlag, wholeListFlag, type OwnView } from './lib.js';
+import { benchArgs, daemonProbe, machine, ownSummary, pairSummary, PHASE_SECONDS_MIN, secondsFlag, startSide, streamPhase, wholeFlag, wholeListFlag, type OwnView } from './lib.js';
 
 // Two daemon settings against each other on a machine whose speed drifts (this 2-core VM's
 // one-stream rate moved 350-700 tokens/s from one minute to the next): both daemons run at
@@ -33,16 +31,7 @@ const longWords = wholeListFlag(args, 'long-prompt-words', 0, 0);
 const storyWords = LONG_STORY.split(' ');
 const long = longWords.some((w) => w > 0) ? { prompts: longWords.map((w) => Array.from({ length: w }, (_, i) => storyWords[i % storyWords.length]).join(' ')), maxTokens: wholeFlag(args, 'long-tokens', 256, 1), streams: wholeFlag(args, 'long-streams', 1, 1) } : undefined;
 
-type Daemons = typeof import('../test/daemon.js');
-
-async function start(side: 'a' | 'b') {
-  const root = path.resolve(args.get(`${side}-root`) ?? repoRoot);
-  const lib: Daemons = await import(pathToFileURL(path.join(root, 'dist/test/daemon.js')).href);
-  const env = { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', ...(args.has('models-dir') ? { MODELS_DIR: path.resolve(args.get('models-dir')!) } : {}), ...envOf(args.get(side)) };
-  const d = await lib.startDaemon(env);
-  const key = await benchKey(d, ['inference:use'], 1_000_000_000);
-  return { d, key, stop: () => lib.stopDaemon(d), label: `${args.get(side) ?? '(defaults)'}${args.has(`${side}-root`) ? ` @ ${root}` : ''}` };
-}
+const start = (side: 'a' | 'b') => startSide(args, side, { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', ...(args.has('models-dir') ? { MODELS_DIR: path.resolve(args.get('models-dir')!) } : {}) });
 
 async function main() {
   const a = await start('a');

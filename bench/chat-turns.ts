@@ -1,8 +1,5 @@
-import http from 'node:http';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { repoRoot } from '../test/daemon.js';
-import { benchArgs, benchKey, envOf, fmt, machine, median, wholeFlag } from './lib.js';
+import { benchArgs, chatStream, fmt, machine, median, startSide, wholeFlag } from './lib.js';
 
 // A conversation's turns against two daemon settings (kept prompts, runtime/kept-prompts.ts):
 // each turn sends the whole conversation again (a system prompt, then every user message and
@@ -24,58 +21,15 @@ const STORY = 'Once upon a time there was a little girl named Lily who loved to 
 const words = STORY.split(' ');
 const system = (pair: number) => `Conversation ${pair}. ${Array.from({ length: systemWords }, (_, i) => words[i % words.length]).join(' ')}`;
 
-type Daemons = typeof import('../test/daemon.js');
 type Message = { role: 'system' | 'user' | 'assistant'; content: string };
 
-async function start(side: 'a' | 'b') {
-  const root = path.resolve(args.get(`${side}-root`) ?? repoRoot);
-  const lib: Daemons = await import(pathToFileURL(path.join(root, 'dist/test/daemon.js')).href);
-  const env = { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', ...(args.has('models-dir') ? { MODELS_DIR: path.resolve(args.get('models-dir')!) } : {}), ...envOf(args.get(side)) };
-  const d = await lib.startDaemon(env);
-  const key = await benchKey(d, ['inference:use'], 1_000_000_000);
-  return { d, key, stop: () => lib.stopDaemon(d), label: `${args.get(side) ?? '(defaults)'}` };
-}
-
-const agent = new http.Agent({ keepAlive: true, maxSockets: 4 });
+const start = (side: 'a' | 'b') => startSide(args, side, { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', ...(args.has('models-dir') ? { MODELS_DIR: path.resolve(args.get('models-dir')!) } : {}) });
 
 /** One streamed greedy turn: its time to first text, the answer, and the prompt's size. */
-function turn(url: string, key: string, messages: Message[]): Promise<{ ttftMs: number; text: string; promptTokens: number }> {
-  const t0 = performance.now();
-  const body = JSON.stringify({ model, messages, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } });
-  const u = new URL(url);
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
-      if (res.statusCode !== 200) {
-        res.resume();
-        return reject(new Error(`turn answered ${res.statusCode}`));
-      }
-      let ttftMs = NaN;
-      let text = '';
-      let promptTokens = 0;
-      let buf = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => {
-        buf += chunk;
-        let i;
-        while ((i = buf.indexOf('\n\n')) >= 0) {
-          const ev = buf.slice(6, i);
-          buf = buf.slice(i + 2);
-          if (ev === '[DONE]') continue;
-          const j = JSON.parse(ev);
-          const content = j.choices?.[0]?.delta?.content;
-          if (content) {
-            if (Number.isNaN(ttftMs)) ttftMs = performance.now() - t0;
-            text += content;
-          }
-          if (j.usage) promptTokens = j.usage.prompt_tokens;
-        }
-      });
-      res.on('end', () => resolve({ ttftMs, text, promptTokens }));
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
+async function turn(url: string, key: string, messages: Message[]): Promise<{ ttftMs: number; text: string; promptTokens: number }> {
+  let text = '';
+  const r = await chatStream(url, key, '', { model, maxTokens, firstToken: false, messages, onContent: (t) => (text += t) });
+  return { ttftMs: r.ttft, text, promptTokens: r.promptTokens };
 }
 
 /** A whole conversation: each turn's time to first text, answer and prompt size. */

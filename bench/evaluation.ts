@@ -1,7 +1,5 @@
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { repoRoot, type Started } from '../test/daemon.js';
-import { benchArgs, benchKey, envOf, fmt, machine, median } from './lib.js';
+import { benchArgs, fmt, machine, median, startSide, type Side } from './lib.js';
 
 // Evaluation latency: 1, 8 and 64 questions against one state of about 400
 // tokens in one request, and 64 concurrent single-question requests on it.
@@ -40,21 +38,12 @@ const stateOf = (tag: string) => `Story ${tag}. ${STATE.repeat(2)}`;
 /** Sizes' keys in the figures: 0 the concurrent burst, AGAIN one question on the state asked about just before. */
 const AGAIN = -1;
 
-interface Side {
-  label: string;
-  d: Started;
-  key: string;
-  stop: () => Promise<unknown>;
-}
-
 async function start(side: 'a' | 'b', label: string): Promise<Side> {
   const env: Record<string, string> = {};
   if (args.get('models-dir')) env.MODELS_DIR = args.get('models-dir')!;
   if (args.get('dtype')) env.MODEL_DTYPE = args.get('dtype')!;
-  const root = path.resolve(args.get(`${side}-root`) ?? repoRoot);
-  const lib: typeof import('../test/daemon.js') = await import(pathToFileURL(path.join(root, 'dist/test/daemon.js')).href);
-  const d = await lib.startDaemon({ ...env, ...envOf(args.get(side)) });
-  return { label: `${label}${args.has(`${side}-root`) ? ` @ ${root}` : ''}`, d, key: await benchKey(d, ['inference:use'], 1_000_000_000), stop: () => lib.stopDaemon(d) };
+  const s = await startSide(args, side, env);
+  return { ...s, label: `${label}${args.has(`${side}-root`) ? ` @ ${path.resolve(args.get(`${side}-root`)!)}` : ''}` };
 }
 
 async function ask(s: Side, n: number, state: string): Promise<{ ms: number; inputTokens: number }> {

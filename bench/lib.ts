@@ -2,7 +2,10 @@ import fs from 'node:fs';
 import { spawn, type ChildProcess } from 'node:child_process';
 import http from 'node:http';
 import os from 'node:os';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import autocannon, { type Options } from 'autocannon';
+import { repoRoot, type Started } from '../test/daemon.js';
 
 // Shared pieces of the HTTP benchmarks: a load run, a sweep for the highest
 // rate under a p99 bound, a bare uWS server in its own process, machine facts,
@@ -143,12 +146,16 @@ export interface ChatStreamOptions {
   extra?: Record<string, unknown>;
   /** Called at each token's arrival; with firstToken only (without logprobs one chunk may carry several tokens). */
   onToken?: (atMs: number) => void;
+  /** The conversation to send instead of one user message of `prompt`. */
+  messages?: Array<{ role: 'system' | 'user' | 'assistant'; content: string }>;
+  /** Called with each event's content text (the event's JSON parsed for it). */
+  onContent?: (text: string) => void;
 }
 
 /** One streamed greedy chat completion: its time to first token (or text) and its token counts. */
 export function chatStream(url: string, key: string, prompt: string, o: ChatStreamOptions): Promise<{ ttft: number; tokens: number; promptTokens: number }> {
   const t0 = performance.now();
-  const body = JSON.stringify({ model: o.model, messages: [{ role: 'user', content: prompt }], max_tokens: o.maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true }, ...o.extra, ...(o.firstToken ? { logprobs: true } : {}) });
+  const body = JSON.stringify({ model: o.model, messages: o.messages ?? [{ role: 'user', content: prompt }], max_tokens: o.maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true }, ...o.extra, ...(o.firstToken ? { logprobs: true } : {}) });
   const u = new URL(url);
   return new Promise((resolve, reject) => {
     const req = http.request(
@@ -172,6 +179,10 @@ export function chatStream(url: string, key: string, prompt: string, o: ChatStre
             const seen = o.firstToken ? ev.includes('"logprobs":{"content":[{') : ev.includes('"content":"') && !ev.includes('"content":""');
             if (Number.isNaN(ttft) && seen) ttft = performance.now() - t0;
             if (seen && o.firstToken) o.onToken?.(performance.now());
+            if (o.onContent && ev.startsWith('data: {')) {
+              const content = JSON.parse(ev.slice(6)).choices?.[0]?.delta?.content;
+              if (content) o.onContent(content);
+            }
             if (ev.includes('"usage":{')) {
               const usage = JSON.parse(ev.slice(6)).usage;
               tokens = usage.completion_tokens;
@@ -296,6 +307,26 @@ export function ownSummary(phases: OwnView[], label = 'cloudgate'): string {
 }
 
 /** The environment a `--a` / `--b` flag gives a daemon: KEY=VALUE pairs separated by commas. */
+/** One side of an A/B benchmark: its daemon, a funded key, what it runs (its settings, its checkout). */
+export interface Side {
+  label: string;
+  d: Started;
+  key: string;
+  stop: () => Promise<unknown>;
+}
+
+/**
+ * Starts side `side` of an A/B benchmark: a daemon of the built checkout `--<side>-root` names (this
+ * one by default) with `env` and then `--<side>`'s settings, and a key with funds for the whole run.
+ */
+export async function startSide(args: Map<string, string>, side: 'a' | 'b', env: Record<string, string> = {}): Promise<Side> {
+  const root = path.resolve(args.get(`${side}-root`) ?? repoRoot);
+  const lib: typeof import('../test/daemon.js') = await import(pathToFileURL(path.join(root, 'dist/test/daemon.js')).href);
+  const d = await lib.startDaemon({ ...env, ...envOf(args.get(side)) });
+  const key = await benchKey(d, ['inference:use'], 1_000_000_000);
+  return { label: `${args.get(side) ?? '(defaults)'}${args.has(`${side}-root`) ? ` @ ${root}` : ''}`, d, key, stop: () => lib.stopDaemon(d) };
+}
+
 export function envOf(spec: string | undefined): Record<string, string> {
   const env: Record<string, string> = {};
   for (const kv of (spec ?? '').split(',').filter(Boolean)) {
