@@ -11,7 +11,7 @@ import { ensureDefaultModels } from '../convert/default-models.js';
 import { Engine } from './engine.js';
 import type { WorkerEvent } from './protocol.js';
 import { Runner } from './runner.js';
-import { keptPrefixBytes } from './scheduler.js';
+import { keptPrefixBytes, type Scheduler } from './scheduler.js';
 
 // The engine against the bundled random-weight model (always present) and,
 // when ../shared/models exists, a real Hugging Face optimum export.
@@ -656,6 +656,29 @@ describe('engine with two replicas of a chat model (MODEL_REPLICAS)', () => {
       const ref = await Promise.all(many.map((p) => collect(greedy(p, 30, { adjust }))));
       expect(got.map((g) => g.ids)).toEqual(ref.map((g) => g.ids));
       expect(schedulers.map((s) => s.load())).toEqual([0, 0]);
+    } finally {
+      await two.close();
+    }
+  });
+
+  it("sends a conversation's next turn to the replica that kept the last one, whatever their loads", async () => {
+    const two = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, replicas: 2 });
+    try {
+      const schedulers = (two as unknown as { models: Map<string, { schedulers: Scheduler[] }> }).models.get(gen())!.schedulers;
+      const req = (tokens: number[], shareScope?: string, maxTokens = 12) => ({ promptTokens: tokens, maxTokens, temperature: 0, topP: 1, stop: [], shareScope });
+      const first = await collect(two.generate(gen(), req(prompt(9), 'r')));
+      const holder = schedulers.findIndex((s) => s.keptOpening([...prompt(9), 5], 'r') > 0);
+      expect(holder).toBeGreaterThanOrEqual(0);
+      // The holder is the busier one now: a long generation of another user runs there.
+      const busy = schedulers[holder]!.generate(req(prompt(1), undefined, 200));
+      const busyFirst = busy.next();
+      const loads = schedulers.map((s) => s.load());
+      expect(loads[holder]).toBeGreaterThan(loads[1 - holder]!);
+      const next = two.generate(gen(), req([...prompt(9), ...first.ids, ...prompt(2).slice(1)], 'r'));
+      expect(schedulers[holder]!.load()).toBe(loads[holder]! + 1);
+      expect((await collect(next)).done.usage.cachedInputTokens).toBe(prompt(9).length + first.ids.length - 1);
+      await busyFirst;
+      await collect(busy);
     } finally {
       await two.close();
     }
