@@ -84,6 +84,12 @@ describe('chat completions', () => {
     expect((await metric('vllm:prefix_cache_hits_total', `model_name="${CHAT}"`)) - hits0).toBe(cached);
     const other = await b.openai.chat.completions.create({ model: CHAT, messages: turn2, max_tokens: 10, temperature: 0 });
     expect(other.usage).toMatchObject({ prompt_tokens: second.usage!.prompt_tokens, prompt_tokens_details: { cached_tokens: 0 } });
+    // llama.cpp server's cache_prompt: false runs the whole prompt; a value of another type is refused, naming the field.
+    const whole = await a.openai.chat.completions.create({ model: CHAT, messages: turn2, max_tokens: 10, temperature: 0, cache_prompt: false } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    expect(whole.usage!.prompt_tokens_details).toEqual({ cached_tokens: 0 });
+    const bad = await call('inference', 'POST', '/api/v1/chat/completions', { key: a.key, body: { model: CHAT, messages: turn2, max_tokens: 2, cache_prompt: 'yes' } });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.message).toMatch(/cache_prompt.*must be true or false/);
   });
 
   it('stops before a stop sequence taken from the middle of the greedy text, never emitting it', async () => {

@@ -52,6 +52,8 @@ const sampling = {
   // vLLM's sampling extras: -1 or 0 turns top_k off (vLLM takes -1, some clients send 0).
   top_k: z.number().int('must be an integer').min(-1, 'must be -1 (off), 0 (off) or a positive integer').nullish(),
   min_p: z.number().min(0, 'must be between 0 and 1').max(1, 'must be between 0 and 1').nullish(),
+  // llama.cpp server's: false runs the whole prompt and keeps nothing of it (runtime/kept-prompts.ts); true, the default, may start from a kept one.
+  cache_prompt: z.boolean({ message: 'must be true or false' }).nullish(),
   stream: z.boolean().nullish(),
   stream_options: strictObject({ include_usage: z.boolean().nullish() }, 'is not supported; stream_options takes include_usage only').nullish(),
   stop: z

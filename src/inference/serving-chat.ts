@@ -88,7 +88,7 @@ export async function serveChat(ctx: Ctx, engine: InferenceEngine, policies: Pol
       ...(grammar ? { grammar } : {}),
       stop,
       signal: ctx.signal,
-      shareScope: ctx.principal.userId,
+      ...(req.cache_prompt === false ? {} : { shareScope: ctx.principal.userId }),
       // The engine reports what was really run, cancelled requests included: that is what is billed.
       onEnd: (u) => {
         ctx.note({ promptTokens: u.inputTokens, completionTokens: u.outputTokens });

@@ -100,7 +100,7 @@ export async function serveCompletion(ctx: Ctx, engine: InferenceEngine, policie
           ...(req.logprobs != null ? { topLogprobs: req.logprobs } : {}),
           stop,
           signal: ctx.signal,
-          shareScope: ctx.principal.userId,
+          ...(req.cache_prompt === false ? {} : { shareScope: ctx.principal.userId }),
           onEnd: ended,
         }),
       );
