@@ -104,6 +104,8 @@ export class Scheduler {
   private readonly completions = new CompletionRate();
   /** Finished generations kept for later prompts of their user (opts.chatPrefixCacheBytesMax); none where the worker keeps none. */
   private readonly keptPrompts: KeptPrompts | undefined;
+  /** Generations released in this turn of the event loop, not yet sent (release): one message each way a turn, not one a sequence. */
+  private readonly released = { keep: [] as number[], free: [] as number[] };
 
   constructor(
     readonly modelId: string,
@@ -115,7 +117,7 @@ export class Scheduler {
     this.vocab = runner.arch.vocab;
     runner.onLost = (e) => this.workerLost(e);
     if (opts.chatPrefixCacheBytesMax > 0 && runner.arch.keepsGenerations) {
-      this.keptPrompts = new KeptPrompts(opts.chatPrefixCacheBytesMax, kvBytesPerPosition(runner.arch), (seqs) => this.runner.free(seqs));
+      this.keptPrompts = new KeptPrompts(opts.chatPrefixCacheBytesMax, kvBytesPerPosition(runner.arch), (seqs) => this.toRelease('free', seqs));
     }
   }
 
@@ -479,11 +481,20 @@ export class Scheduler {
     const kp = this.keptPrompts;
     const sampled = s.sampled ?? [];
     // What its cache holds for sure: the prompt and each sampled token that a later step fed back.
-    if (kp && s.gen?.finished && !s.cancelled && s.scope !== undefined && sampled.length && kp.add(s.id, s.scope, [...s.prompt!, ...sampled.slice(0, -1)])) {
-      this.runner.keep([s.id]);
-      return;
+    const keep = !!kp && !!s.gen?.finished && !s.cancelled && s.scope !== undefined && sampled.length > 0 && kp.add(s.id, s.scope, [...s.prompt!, ...sampled.slice(0, -1)]);
+    this.toRelease(keep ? 'keep' : 'free', [s.id]);
+  }
+
+  /** Sends these keeps or frees at the end of this turn, with the turn's others: keeps first, so a sequence kept and evicted in one turn ends freed. */
+  private toRelease(how: 'keep' | 'free', seqs: number[]): void {
+    const { keep, free } = this.released;
+    if (keep.length + free.length === 0) {
+      queueMicrotask(() => {
+        this.runner.keep(keep.splice(0));
+        this.runner.free(free.splice(0));
+      });
     }
-    this.runner.free([s.id]);
+    this.released[how].push(...seqs);
   }
 
   /** Whether a job of this prefix and scope would find it here, prefilling or kept: where a replica's next job should go. */
