@@ -11,6 +11,7 @@ import { ensureDefaultModels } from '../convert/default-models.js';
 import { Engine } from './engine.js';
 import type { WorkerEvent } from './protocol.js';
 import { Runner } from './runner.js';
+import { kvBytesPerPosition } from './kv.js';
 import { keptPrefixBytes, type Scheduler } from './scheduler.js';
 
 // The engine against the bundled random-weight model (always present) and,
@@ -457,21 +458,26 @@ describe("engine keeping finished generations for their user's next prompt (CHAT
     expect((await counter('vllm:prefix_cache_hits_total')) - h1).toBe(turn.length + again.ids.length - 1);
   });
 
-  it('keeps none with a budget of 0, and the worker holds no kept cache', async () => {
-    const e = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { chatPrefixCacheBytesMax: 0 } });
-    try {
-      const run = (tokens: number[]) => collect(e.generate(gen(), { promptTokens: tokens, maxTokens: 12, temperature: 0, topP: 1, stop: [], shareScope: 'z' }));
-      const first = await run(prompt(5));
-      const hits0 = await counter('vllm:prefix_cache_hits_total');
-      const second = await run(nextTurn(prompt(5), first.ids, 2));
-      expect(second.done.finishReason).toBe('length');
-      expect((await counter('vllm:prefix_cache_hits_total')) - hits0).toBe(0);
-      const runner = (e as unknown as { models: Map<string, { runners: Runner[] }> }).models.get(gen())!.runners[0]!;
-      expect(runner.arch.keepsGenerations).toBe(false);
-    } finally {
-      await e.close();
+  it('keeps none with a budget of 0, nor a generation past its budget', async () => {
+    const arch = (engine as unknown as { models: Map<string, { runners: Runner[] }> }).models.get(gen())!.runners[0]!.arch;
+    // 0, then room for 8 positions: prompt(5) and its answer are longer.
+    for (const budget of [0, 8 * kvBytesPerPosition(arch)]) {
+      const e = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { chatPrefixCacheBytesMax: budget } });
+      try {
+        const run = (tokens: number[]) => collect(e.generate(gen(), { promptTokens: tokens, maxTokens: 12, temperature: 0, topP: 1, stop: [], shareScope: 'z' }));
+        const first = await run(prompt(5));
+        const hits0 = await counter('vllm:prefix_cache_hits_total');
+        const second = await run(nextTurn(prompt(5), first.ids, 2));
+        expect(second.done.finishReason).toBe('length');
+        expect(second.done.usage.cachedInputTokens).toBeUndefined();
+        expect((await counter('vllm:prefix_cache_hits_total')) - hits0).toBe(0);
+        const runner = (e as unknown as { models: Map<string, { runners: Runner[] }> }).models.get(gen())!.runners[0]!;
+        expect(runner.arch.keepsGenerations).toBe(budget > 0);
+      } finally {
+        await e.close();
+      }
     }
-  }, 30_000);
+  }, 60_000);
 });
 
 describe('engine without a usable branch graph', () => {

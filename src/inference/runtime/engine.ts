@@ -216,7 +216,7 @@ export class Engine implements InferenceEngine {
           kvSplit: cfg.kvSplit ?? true,
           kvOnDevice: cfg.kvOnDevice ?? true,
           modelBytes: modelBytes(modelPath),
-          keepGenerations: c.kind === 'chat' && opts.chatPrefixCacheBytesMax > 0,
+          keptBytesMax: c.kind === 'chat' ? opts.chatPrefixCacheBytesMax : 0,
         };
         const runners: Runner[] = [];
         // One after another: each worker's warm-up measures its sessions on cores the others leave idle.

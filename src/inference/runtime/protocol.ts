@@ -58,10 +58,11 @@ export interface InitMsg {
   /** Each token's text mid-document (null: not whole characters), for grammar-constrained sampling. */
   tokenTexts?: Array<string | null>;
   /**
-   * A generation that ends keeps its cache (out of the slots) until a `keep` or `free` of it says
-   * what the scheduler does with it (scheduler.ts, kept prompts): CHAT_PREFIX_CACHE_MB above 0.
+   * Bytes of kept generations (CHAT_PREFIX_CACHE_MB; 0: none kept): a generation that may be kept
+   * (SamplerSpec.keep) and ends within them keeps its cache, out of the slots, until a `keep` or
+   * `free` of it says what the scheduler does with it (kept-prompts.ts).
    */
-  keepGenerations: boolean;
+  keptBytesMax: number;
 }
 
 /** Forward passes the worker has run since it started, by session: every core sleeping (wide), one thread (narrow), every core spinning (spinning), the products as int8 ones (prefill), those on spinning threads (prefillSpinning), on one thread (prefillNarrow). */
@@ -82,7 +83,7 @@ export interface Arch {
   /** How the prefill session's int8 products store their weights on this CPU (integer-products.ts); absent without that session. */
   prefillWeights?: WeightType;
   /**
-   * Ended generations are kept (InitMsg.keepGenerations) and a new one may start from a kept one's
+   * Ended generations are kept (InitMsg.keptBytesMax) and a new one may start from a kept one's
    * first positions (`fork`): a slot cache on the host only (worker.ts init says why).
    */
   keepsGenerations: boolean;
@@ -111,6 +112,8 @@ export interface SamplerSpec {
   topLogprobs?: number;
   /** Only tokens that keep the output a prefix of this grammar's language (structured output). */
   grammar?: { key: string; grammar: Grammar };
+  /** Its cache may be kept when it ends, for its user's later prompts (kept-prompts.ts); absent: freed. */
+  keep?: boolean;
 }
 
 export interface StepRow {

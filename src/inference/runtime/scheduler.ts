@@ -742,6 +742,7 @@ export class Scheduler {
       adjust: g.req.adjust,
       topLogprobs: g.req.topLogprobs,
       grammar: g.req.grammar,
+      ...(s.scope !== undefined && this.keptPrompts ? { keep: true } : {}),
     };
   }
 

@@ -2,7 +2,7 @@ import v8 from 'node:v8';
 import { parentPort, receiveMessageOnPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
 import { endsGeneration, noPasses, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow } from './protocol.js';
-import { KvStore, type Kv } from './kv.js';
+import { KvStore, kvBytesPerPosition, type Kv } from './kv.js';
 import { keptKvBytes, slotStepDone, slotStepFeeds, type KeptKv } from './kv-slots.js';
 import { KvPools } from './kv-pools.js';
 import { ResidentSlots, type ResidentLayoutOf } from './kv-resident.js';
@@ -64,10 +64,12 @@ interface WorkerState extends LoadedModel {
   passes: ModelPasses;
   /** The daemon's other model workers (peers.ts): told this one's live sequences, asked whether theirs fill the cores. */
   peers: WorkerPeers;
-  /** Ended generations kept for later forks (InitMsg.keepGenerations, Arch.keepsGenerations), out of the slots (KvSlots.takeOut). */
+  /** Ended generations kept for later forks (InitMsg.keptBytesMax, Arch.keepsGenerations), out of the slots (KvSlots.takeOut). */
   kept: Map<number, KeptKv>;
   /** Bytes of the kept caches out of the slots. */
   keptBytes: number;
+  /** InitMsg.keptBytesMax. */
+  keptBytesMax: number;
 }
 // The model (LoadedModel) and store are set by init, the first message, before any other is handled.
 const w = {
@@ -90,6 +92,7 @@ const w = {
   peers: new WorkerPeers(),
   kept: new Map(),
   keptBytes: 0,
+  keptBytesMax: 0,
 } as Partial<WorkerState> as WorkerState;
 
 async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void> {
@@ -112,7 +115,8 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   // Only a slot cache on the host: a graph of past_key_values in and presents out (a Hugging Face
   // export) may not continue a cache by more than one token a step (tiny-random-llama-hf's mask
   // subgraph refuses: "invalid expand shape"), and a device cache has no copy here.
-  w.arch.keepsGenerations = msg.keepGenerations && w.slots instanceof KvPools;
+  w.keptBytesMax = msg.keptBytesMax;
+  w.arch.keepsGenerations = msg.keptBytesMax > 0 && w.slots instanceof KvPools;
 }
 
 /**
@@ -444,6 +448,8 @@ interface Sampling {
   next: number;
   /** End of text or budget spent: no more steps. */
   ended: boolean;
+  /** SamplerSpec.keep. */
+  keep: boolean;
 }
 const samplers = new Map<number, Sampling>();
 
@@ -539,6 +545,7 @@ function startSampler(seq: number, spec: SamplerSpec): Sampling {
     lastLogprob: null,
     constraint: spec.grammar ? new Constraint(maskerFor(spec.grammar.key, spec.grammar.grammar)) : undefined,
     rand: mulberry32(spec.seed),
+    keep: spec.keep === true,
     budget: spec.budget,
     made: 0,
     eos: new Set(spec.eos),
@@ -738,9 +745,14 @@ function freeEnded(seqs: number[]): void {
   // Every step calls this, and a generation ends once in 64 steps or so: no array unless one did.
   if (!seqs.some((seq) => samplers.get(seq)?.ended)) return;
   const ended = seqs.filter((seq) => samplers.get(seq)?.ended);
-  if (w.arch.keepsGenerations) keep(ended);
-  else free(ended);
+  // Only what the scheduler may keep: a copy out of the slots costs ~10 ms for 55 MB (bench/README.md "Kept prompts").
+  const kept = w.arch.keepsGenerations ? ended.filter((seq) => samplers.get(seq)!.keep && keptKvBytesOf(seq) <= w.keptBytesMax) : [];
+  if (kept.length) keep(kept);
+  if (kept.length < ended.length) free(ended.filter((seq) => !kept.includes(seq)));
 }
+
+/** The bytes a slot sequence's cache would take kept. */
+const keptKvBytesOf = (seq: number): number => kvBytesPerPosition(w.arch) * (w.slots as KvPools).len(seq);
 
 /** Sequences that generate no more and stay for forks (WorkerCommand `keep`): moved out of the slots. */
 function keep(seqs: number[]): void {
