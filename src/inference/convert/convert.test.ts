@@ -7,7 +7,7 @@ import * as ort from 'onnxruntime-node';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { Template } from '@huggingface/jinja';
 import { parseCheckpoint, parseTokenizerBin, serializeCheckpoint, headSize, kvDim, type LlamaCheckpoint } from './llama2c.js';
-import { prepareGenerated, prepareLlama2c, DEFAULT_CREATED } from './convert.js';
+import { prepareGenerated, prepareLlama2c, DEFAULT_CREATED, EXTERNAL_DATA_THRESHOLD_BYTES, variantWeightBytes } from './convert.js';
 import { buildByteVocab, generateCheckpoint, type GenerateParams } from './generate.js';
 import { buildLlamaOnnx } from './onnx-writer.js';
 import { buildHfTokenizer, type PieceVocab } from './tokenizer.js';
@@ -481,6 +481,25 @@ describe('seeded random-weight generator (always runs)', () => {
     fs.writeFileSync(path.join(dir, 'model.onnx.data'), ext.data!);
     const sess = await ort.InferenceSession.create(path.join(dir, 'model.onnx'));
     await checkAgainstReference(ck, sess, [1, 7, 8, 9, 10], 1e-4);
+  });
+
+  it("sends a variant's weights to a side file by its own width, not by float32's", () => {
+    const ck = generateCheckpoint({ dim: 128, hiddenDim: 344, nLayers: 2, nHeads: 4, nKvHeads: 4, vocabSize: 512, seqLen: 16, seed: 3, std: 0.02 });
+    // The estimate is what the graph's weights take, a little over (the graph's own bytes are small beside them).
+    for (const weights of ['f32', 'f16', 'int8', 'int4'] as const) {
+      const bytes = buildLlamaOnnx(ck, { weights, kvLayout: 'slots' }).model.byteLength;
+      const est = variantWeightBytes(ck, weights);
+      expect(est / bytes, weights).toBeGreaterThan(0.9);
+      expect(est / bytes, weights).toBeLessThan(1.1);
+    }
+    // m450's shape (453.8 M parameters): 1.8 GB in float32 goes beside the graph; 0.29 GB at int4 and 0.55 at int8 stay in it.
+    const n = (k: number) => ({ length: k });
+    const [D, H, L, V] = [1536, 4096, 16, 512];
+    const m450 = { weights: { tokenEmbedding: n(V * D), wq: n(L * D * D), wk: n(L * D * D), wv: n(L * D * D), wo: n(L * D * D), w1: n(L * D * H), w2: n(L * H * D), w3: n(L * D * H) } } as unknown as LlamaCheckpoint;
+    expect(variantWeightBytes(m450, 'f32')).toBeGreaterThan(EXTERNAL_DATA_THRESHOLD_BYTES);
+    expect(variantWeightBytes(m450, 'f16')).toBeLessThan(EXTERNAL_DATA_THRESHOLD_BYTES);
+    expect(variantWeightBytes(m450, 'int8') / 1e9).toBeCloseTo(0.51, 1);
+    expect(variantWeightBytes(m450, 'int4') / 1e9).toBeCloseTo(0.29, 1);
   });
 
   it('the built-in vocabulary loads in @huggingface/tokenizers and encodes like llama2.c', () => {

@@ -6,6 +6,7 @@ import { buildLlamaOnnx } from './onnx-writer.js';
 import type { WeightFormat } from './onnx-linear.js';
 import { buildHfTokenizer, type PieceVocab } from './tokenizer.js';
 import { buildByteVocab, generateCheckpoint, type GenerateParams } from './generate.js';
+import { QUANT_BLOCK_ELEMENTS } from './quantize.js';
 import { FORMAT_DTYPE, writeModelDir, type CloudgateModelConfig, type ModelDirContents, type ModelKind, type OnnxVariant } from './model-config.js';
 
 /** Bump when the ONNX layout or tokenizer output changes, so default models get rebuilt. */
@@ -14,7 +15,10 @@ export const CONVERTER_VERSION = 'cloudgate-convert/8';
 /** Fixed `created` for the repository's default models (keeps rebuilds byte-identical). */
 export const DEFAULT_CREATED = 1767225600; // 2026-01-01T00:00:00Z
 
-/** Weights above this size go to model.onnx.data (ONNX external data). */
+/**
+ * A variant whose weights take more than this goes to a side file, model*.onnx.data (ONNX external
+ * data): a graph is one protobuf message, which has a bound of 2 GiB, and half of it leaves room.
+ */
 export const EXTERNAL_DATA_THRESHOLD_BYTES = 1024 * 1024 * 1024;
 
 export interface ModelMeta {
@@ -76,7 +80,7 @@ export function buildModelDirContents(ck: LlamaCheckpoint, vocab: PieceVocab, me
   const variants = formats.map((weights): OnnxVariant => {
     const dtype = FORMAT_DTYPE[weights];
     const dataFileName = `${dtype === 'fp32' ? 'model' : `model_${dtype}`}.onnx.data`;
-    const external = estimateWeightBytes(ck) > EXTERNAL_DATA_THRESHOLD_BYTES;
+    const external = variantWeightBytes(ck, weights, meta.quantBlock) > EXTERNAL_DATA_THRESHOLD_BYTES;
     const writeOpts = { weights, quantBlock: meta.quantBlock, ...(external ? { externalDataFile: dataFileName } : {}) };
     // Chat models keep their cache in the worker's slots; evaluation models the past layout their branch graph and forks build on.
     const onnx = buildLlamaOnnx(ck, { ...writeOpts, kvLayout: meta.kind === 'chat' ? 'slots' : 'past' });
@@ -95,9 +99,18 @@ export function buildModelDirContents(ck: LlamaCheckpoint, vocab: PieceVocab, me
   };
 }
 
-function estimateWeightBytes(ck: LlamaCheckpoint): number {
+/**
+ * What a variant's weights take in its graph, a little over: the embedding table in float32, every
+ * product's matrix (the head's too) at the format's width, int8 and int4 with a float32 scale a
+ * block. By the float32 size, a 300 M-parameter int4 model (~190 MB) went to a side file it did
+ * not need.
+ */
+export function variantWeightBytes(ck: Pick<LlamaCheckpoint, 'weights'>, weights: WeightFormat, quantBlock?: number): number {
   const w = ck.weights;
-  return 4 * (w.tokenEmbedding.length * 2 + w.wq.length * 2 + w.wk.length * 2 + w.wv.length + w.wo.length + w.w1.length + w.w2.length + w.w3.length);
+  const products = w.wq.length + w.wk.length + w.wv.length + w.wo.length + w.w1.length + w.w2.length + w.w3.length + w.tokenEmbedding.length;
+  const bits = weights === 'int8' ? 8 : weights === 'int4' ? 4 : undefined;
+  const perWeight = bits ? bits / 8 + 4 / (quantBlock ?? QUANT_BLOCK_ELEMENTS[bits]) : weights === 'f16' ? 2 : 4;
+  return 4 * w.tokenEmbedding.length + Math.ceil(products * perWeight);
 }
 
 /** JSON with sorted keys at every level (stable input for hashes). */
