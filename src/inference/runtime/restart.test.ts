@@ -71,4 +71,25 @@ describe('model worker crash', () => {
     expect(after.logprobs[0]).toEqual(before.logprobs[0]);
     expect(runnerOf(EVAL).alive).toBe(true);
   }, 60_000);
+
+  it("drops the chat generations it kept with the worker's caches: a conversation's next turn after a restart runs its whole prompt", async () => {
+    const prompt = await engine.encodeChat(CHAT, [{ role: 'user', content: 'The fox ran over the hill and into the wood.' }]);
+    const hits = async () => (await registries.inference.getSingleMetric('vllm:prefix_cache_hits_total')!.get()).values.find((v) => v.labels.model_name === CHAT)?.value ?? 0;
+    const turn = async (tokens: number[]) => {
+      for await (const ev of engine.generate(CHAT, { promptTokens: tokens, maxTokens: 8, temperature: 0, topP: 1, stop: [], shareScope: 'u' })) if (ev.type === 'done') return ev;
+      throw new Error('no done event');
+    };
+    await turn(prompt); // kept
+    const next = [...prompt, 5, 6, 7];
+    const counted = await restarts();
+    runnerOf(CHAT).crashForTest();
+    while ((await restarts()) === counted) await new Promise((r) => setTimeout(r, 10));
+    const hits0 = await hits();
+    const after = await turn(next);
+    expect(after.finishReason).toBe('length');
+    expect(after.usage.cachedInputTokens).toBeUndefined();
+    expect(await hits()).toBe(hits0);
+    // Kept again on the new worker: the turn after starts from it.
+    expect((await turn([...next, 8, 9])).usage.cachedInputTokens).toBeGreaterThanOrEqual(next.length);
+  }, 60_000);
 });
