@@ -203,6 +203,20 @@ describe('legacy completions (POST /v1/completions)', () => {
     expect((await openai.completions.create({ model: CHAT, prompt: 'x', temperature: 0 })).usage!.completion_tokens).toBeLessThanOrEqual(16);
   });
 
+  it("starts a prompt that continues the same user's last completion from its kept cache, streamed or not (usage.prompt_tokens_details.cached_tokens)", async () => {
+    const { openai } = await client();
+    const opening = 'Once upon a time there was a little dog who lived by the sea and loved to run.';
+    const first = await openai.completions.create({ model: CHAT, prompt: opening, max_tokens: 6, temperature: 0 });
+    expect(first.usage!.prompt_tokens_details).toEqual({ cached_tokens: 0 });
+    const next = `${opening}${first.choices[0]!.text} Then`;
+    const stream = await openai.completions.create({ model: CHAT, prompt: next, max_tokens: 6, temperature: 0, stream: true, stream_options: { include_usage: true } });
+    let usage: OpenAI.CompletionUsage | undefined;
+    for await (const c of stream) usage = c.usage ?? usage;
+    expect(usage!.prompt_tokens_details!.cached_tokens).toBeGreaterThanOrEqual(first.usage!.prompt_tokens - 1);
+    const whole = await openai.completions.create({ model: CHAT, prompt: next, max_tokens: 6, temperature: 0, cache_prompt: false } as OpenAI.CompletionCreateParamsNonStreaming);
+    expect(whole.usage).toMatchObject({ prompt_tokens: usage!.prompt_tokens, prompt_tokens_details: { cached_tokens: 0 } });
+  });
+
   it('answers several prompts as several choices, streamed with include_usage too', async () => {
     const { openai } = await client();
     const prompts = ['Once upon a time', 'The dog'];
