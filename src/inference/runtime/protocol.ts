@@ -84,7 +84,7 @@ export interface Arch {
   prefillWeights?: WeightType;
   /**
    * Ended generations are kept (InitMsg.keptBytesMax) and a new one may start from a kept one's
-   * first positions (`fork`): a slot cache on the host only (worker.ts init says why).
+   * first positions (StepRow.from): a slot cache on the host only (worker.ts init says why).
    */
   keepsGenerations: boolean;
 }
@@ -141,13 +141,10 @@ export type WorkerCommand =
    * that has ended is ignored.
    */
   | { type: 'interrupt'; id: number }
-  /**
-   * New sequences `to` that continue `from`'s first `at` positions (all of them by default): its KV is
-   * shared, not copied (a slot cache copies them from a kept generation's, between two steps).
-   */
+  /** New sequences `to` that continue `from`'s first `at` positions (all of them by default): its KV is shared, not copied. */
   | { type: 'fork'; id: number; from: number; to: number[]; at?: number }
   | { type: 'free'; seqs: number[] }
-  /** These sequences generate no more, and their caches stay for later forks (Arch.keepsGenerations) until freed. */
+  /** These sequences generate no more, and their caches stay for later prompts to start from (StepRow.from, Arch.keepsGenerations) until freed. */
   | { type: 'keep'; seqs: number[] }
   /** Waits for the work before it (a decode run stops after its current step), releases the sessions and ends the worker thread (worker.ts endThread). */
   | { type: 'close'; id: number }

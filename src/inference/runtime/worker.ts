@@ -64,7 +64,7 @@ interface WorkerState extends LoadedModel {
   passes: ModelPasses;
   /** The daemon's other model workers (peers.ts): told this one's live sequences, asked whether theirs fill the cores. */
   peers: WorkerPeers;
-  /** Ended generations kept for later forks (InitMsg.keptBytesMax, Arch.keepsGenerations), out of the slots (KvSlots.takeOut). */
+  /** Ended generations kept for later prompts to start from (StepRow.from; InitMsg.keptBytesMax, Arch.keepsGenerations), out of the slots (KvSlots.takeOut). */
   kept: Map<number, KeptKv>;
   /** Bytes of the kept caches out of the slots. */
   keptBytes: number;
@@ -717,8 +717,8 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
   }
 }
 
-// Frees, keeps and forks from kept generations that arrive while a step is in flight wait
-// for it, in their order: the batch in the session's tensors must not change under a running step.
+// Frees and keeps that arrive while a step is in flight wait for it, in their order: the batch
+// in the session's tensors must not change under a running step.
 const deferred: Array<() => void> = [];
 function applyDeferred(): void {
   for (const op of deferred.splice(0)) op();
@@ -740,7 +740,7 @@ function fork(from: number, to: number[], at?: number): void {
   w.store.fork(src, to, at);
 }
 
-/** Frees (or keeps, for later forks) the slots of those of `seqs` whose generation has ended (the scheduler's later free or keep of them finds nothing). */
+/** Frees (or keeps, for later prompts) the slots of those of `seqs` whose generation has ended (the scheduler's later free or keep of them finds nothing). */
 function freeEnded(seqs: number[]): void {
   // Every step calls this, and a generation ends once in 64 steps or so: no array unless one did.
   if (!seqs.some((seq) => samplers.get(seq)?.ended)) return;
@@ -754,7 +754,7 @@ function freeEnded(seqs: number[]): void {
 /** The bytes a slot sequence's cache would take kept. */
 const keptKvBytesOf = (seq: number): number => kvBytesPerPosition(w.arch) * (w.slots as KvPools).len(seq);
 
-/** Sequences that generate no more and stay for forks (WorkerCommand `keep`): moved out of the slots. */
+/** Sequences that generate no more and stay for later prompts (WorkerCommand `keep`): moved out of the slots. */
 function keep(seqs: number[]): void {
   if (!(w.arch.keepsGenerations && w.slots instanceof KvPools)) return free(seqs); // nothing asks this of such a worker
   for (const s of seqs) {
@@ -981,18 +981,6 @@ async function onCommand(msg: WorkerCommand): Promise<void> {
       w.interruptedRun = msg.id;
       return;
     case 'fork':
-      // From a kept generation: a copy between two steps (a prompt that starts from it waits for
-      // no decode run), answered as soon as it is made.
-      if (w.kept.has(msg.from)) {
-        return betweenSteps(() => {
-          try {
-            fork(msg.from, msg.to, msg.at);
-            port.postMessage({ type: 'done', id: msg.id } satisfies WorkerEvent);
-          } catch (e) {
-            port.postMessage({ type: 'error', id: msg.id, message: (e as Error).message } satisfies WorkerEvent);
-          }
-        });
-      }
       return serial(msg, async () => {
         fork(msg.from, msg.to, msg.at);
         port.postMessage({ type: 'done', id: msg.id } satisfies WorkerEvent);
