@@ -59,8 +59,8 @@ const gpuCacheUsage = gauge({ name: 'vllm:gpu_cache_usage_perc', help: 'KV-cache
 const promptTokens = counter({ name: 'vllm:prompt_tokens_total', help: 'Prompt tokens run through the model (prefill)', labelNames: N }, 'inference');
 // vLLM's prefix-cache counters, in tokens: here the evaluation prefixes (a request's state) and those joined
 // while another request's identical one was still prefilling (scheduler.ts scoreBranches).
-const prefixQueries = counter({ name: 'vllm:prefix_cache_queries_total', help: 'Evaluation prefix tokens asked for', labelNames: N }, 'inference');
-const prefixHits = counter({ name: 'vllm:prefix_cache_hits_total', help: 'Evaluation prefix tokens found prefilling for another request, not run again', labelNames: N }, 'inference');
+const prefixQueries = counter({ name: 'vllm:prefix_cache_queries_total', help: 'Prefix tokens looked up: evaluation states, and chat or completion prompts where kept generations are (CHAT_PREFIX_CACHE_MB)', labelNames: N }, 'inference');
+const prefixHits = counter({ name: 'vllm:prefix_cache_hits_total', help: 'Of those, tokens not run again: found prefilling for another request or kept after an earlier one of the same user', labelNames: N }, 'inference');
 const generationTokens = counter({ name: 'vllm:generation_tokens_total', help: 'Tokens generated', labelNames: N }, 'inference');
 const ttft = histogram({ name: 'vllm:time_to_first_token_seconds', help: 'From admission to the engine to the first generated token', labelNames: N, buckets: TTFT_BUCKETS }, 'inference');
 const itl = histogram({ name: 'vllm:inter_token_latency_seconds', help: 'Time between consecutive generated tokens of a sequence', labelNames: N, buckets: TPOT_BUCKETS }, 'inference');
@@ -85,7 +85,7 @@ const admissionWait = gauge({ name: 'cloudgate_engine_admission_wait_seconds', h
 // Where a model runs: a GPU provider that fell back to the CPU shows here, not only in the log.
 const modelInfo = gauge({ name: 'cloudgate_engine_model_info', help: 'Always 1: the execution provider a model runs on (cpu, webgpu, cuda) and the weight variant served (fp32, fp16, int8, q4, q4f16)', labelNames: ['model_name', 'provider', 'dtype'] }, 'inference');
 const infoOf = new Map<string, { model_name: string; provider: string; dtype: string }>();
-const kvBytes = gauge({ name: 'cloudgate_engine_kv_cache_bytes', help: 'Bytes held by the KV caches: live sequences, an evaluation model\'s kept states (EVAL_PREFIX_CACHE_MB), and a chat model\'s slot buffers for up to 10 s after its last sequence', labelNames: N }, 'inference');
+const kvBytes = gauge({ name: 'cloudgate_engine_kv_cache_bytes', help: 'Bytes held by the KV caches: live sequences, an evaluation model\'s kept states (EVAL_PREFIX_CACHE_MB), a chat model\'s kept generations (CHAT_PREFIX_CACHE_MB) and its slot buffers for up to 10 s after its last sequence', labelNames: N }, 'inference');
 
 export const engineMetrics = {
   admissionWait: { set: (l: ModelLabels, s: number) => admissionWait.set(L(l), folds.admissionWait.set(l, s)) },
