@@ -91,7 +91,7 @@ export async function serveChat(ctx: Ctx, engine: InferenceEngine, policies: Pol
       ...(req.cache_prompt === false ? {} : { shareScope: ctx.principal.userId }),
       // The engine reports what was really run, cancelled requests included: that is what is billed.
       onEnd: (u) => {
-        ctx.note({ promptTokens: u.inputTokens, completionTokens: u.outputTokens });
+        ctx.note({ promptTokens: u.inputTokens, completionTokens: u.outputTokens, ...(u.cachedInputTokens ? { cachedTokens: u.cachedInputTokens } : {}) });
         admission.settle(u);
       },
     });
