@@ -207,6 +207,9 @@ describe('request log', () => {
     expect(line('b')).toMatchObject({ status: 200, stream: true, model: 'cloudgate/random-llama-chat', team: team.id, finishReason: expect.any(String) });
     expect(line('b').completionTokens).toBeGreaterThan(0);
     expect(typeof line('b').ttftMs).toBe('number');
+    // The same user's same prompt again started from a's kept generation: all but its last token.
+    expect(line('a').cachedTokens).toBeUndefined();
+    expect(line('b').cachedTokens).toBe(ok.body.usage.prompt_tokens - 1);
     expect(line('c')).toMatchObject({ status: 404, errorType: 'not_found', errorCode: 'model_not_found', route: '/api/v1/chat/completions' });
     expect(line('c').path).toBeUndefined();
     // The path a 404 did not match (without its query: queries may carry what a log must not keep).
