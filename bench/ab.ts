@@ -9,7 +9,7 @@ import { benchArgs, daemonProbe, machine, ownSummary, pairSummary, PHASE_SECONDS
 // --model A,B: several models of the daemon at once, N streams each (models sharing the cores,
 // runtime/peers.ts): a phase's rate is their sum, its TTFT their median's mean.
 // Usage: node dist/bench/ab.js --model ID[,ID2...] --models-dir DIR [--a 'K=V,K=V'] [--b 'K=V'] [--a-root DIR] [--b-root DIR]
-//   [--streams 1] [--rounds 20] [--seconds 2] [--tokens 64] [--ttft first-token] [--long-prompt-words N[,N2...] --long-tokens M --long-streams K]
+//   [--streams 1] [--rounds 20] [--seconds 2] [--tokens 64] [--ttft first-token] [--system-words N] [--long-prompt-words N[,N2...] --long-tokens M --long-streams K]
 // --long-prompt-words: K streams more (default 1), whose prompt is a story of N words (stream i the i-th
 // of several lengths, in turn) and which generate M tokens (default 256) each request: long
 // conversations beside the short ones (KV_SPLIT_LONG_ROWS).
@@ -25,10 +25,16 @@ const seconds = secondsFlag(args, 'seconds', 2, PHASE_SECONDS_MIN);
 /** Streaming on a daemon before its phase is timed: its threads wake and its caches fill. */
 const WARM_SECONDS = 0.3;
 const models = model.split(',');
-const opts = { maxTokens: wholeFlag(args, 'tokens', 64, 1), firstToken: args.get('ttft') === 'first-token' };
 const LONG_STORY = 'Once upon a time there was a little girl named Lily who loved to play in the park with her friends and her dog';
 const longWords = wholeListFlag(args, 'long-prompt-words', 0, 0);
 const storyWords = LONG_STORY.split(' ');
+const systemWords = wholeFlag(args, 'system-words', 0, 0);
+const opts = {
+  maxTokens: wholeFlag(args, 'tokens', 64, 1),
+  firstToken: args.get('ttft') === 'first-token',
+  // --system-words N: every request opens with the same system prompt of N words (an app's instructions), from the one key.
+  ...(systemWords ? { system: Array.from({ length: systemWords }, (_, i) => storyWords[i % storyWords.length]).join(' ') } : {}),
+};
 const long = longWords.some((w) => w > 0) ? { prompts: longWords.map((w) => Array.from({ length: w }, (_, i) => storyWords[i % storyWords.length]).join(' ')), maxTokens: wholeFlag(args, 'long-tokens', 256, 1), streams: wholeFlag(args, 'long-streams', 1, 1) } : undefined;
 
 const start = (side: 'a' | 'b') => startSide(args, side, { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', ...(args.has('models-dir') ? { MODELS_DIR: path.resolve(args.get('models-dir')!) } : {}) });
@@ -38,7 +44,7 @@ async function main() {
   const b = await start('b');
   try {
     const url = (s: typeof a) => `${s.d.inferenceUrl}/v1/chat/completions`;
-    console.log(`machine: ${machine()}\nmodel ${model}, ${streams} stream(s)${models.length > 1 ? ' each' : ''}${long ? ` and ${long.streams} of a ${longWords.join(' / ')}-word prompt generating ${long.maxTokens} tokens` : ''}, ${rounds} pairs of ${seconds} s phases (order alternating)\nA: ${a.label}\nB: ${b.label}`);
+    console.log(`machine: ${machine()}\nmodel ${model}, ${streams} stream(s)${models.length > 1 ? ' each' : ''}${systemWords ? `, a ${systemWords}-word system prompt on every request` : ''}${long ? ` and ${long.streams} of a ${longWords.join(' / ')}-word prompt generating ${long.maxTokens} tokens` : ''}, ${rounds} pairs of ${seconds} s phases (order alternating)\nA: ${a.label}\nB: ${b.label}`);
     const res = { a: [] as Array<{ rate: number; ttftMs: number }>, b: [] as Array<{ rate: number; ttftMs: number }> };
     const own = { a: [] as OwnView[], b: [] as OwnView[] };
     for (let r = 0; r < rounds; r++) {

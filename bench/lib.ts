@@ -148,6 +148,8 @@ export interface ChatStreamOptions {
   onToken?: (atMs: number) => void;
   /** The conversation to send instead of one user message of `prompt`. */
   messages?: Array<{ role: 'system' | 'user' | 'assistant'; content: string }>;
+  /** A system message before the user message of `prompt` (an app's fixed instructions). */
+  system?: string;
   /** Called with each event's content text (the event's JSON parsed for it). */
   onContent?: (text: string) => void;
 }
@@ -155,7 +157,8 @@ export interface ChatStreamOptions {
 /** One streamed greedy chat completion: its time to first token (or text) and its token counts. */
 export function chatStream(url: string, key: string, prompt: string, o: ChatStreamOptions): Promise<{ ttft: number; tokens: number; promptTokens: number }> {
   const t0 = performance.now();
-  const body = JSON.stringify({ model: o.model, messages: o.messages ?? [{ role: 'user', content: prompt }], max_tokens: o.maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true }, ...o.extra, ...(o.firstToken ? { logprobs: true } : {}) });
+  const user = { role: 'user', content: prompt };
+  const body = JSON.stringify({ model: o.model, messages: o.messages ?? (o.system === undefined ? [user] : [{ role: 'system', content: o.system }, user]), max_tokens: o.maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true }, ...o.extra, ...(o.firstToken ? { logprobs: true } : {}) });
   const u = new URL(url);
   return new Promise((resolve, reject) => {
     const req = http.request(

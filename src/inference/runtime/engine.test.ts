@@ -432,6 +432,22 @@ describe("engine keeping finished generations for their user's next prompt (CHAT
     expect((await counter('vllm:prefix_cache_hits_total')) - hits0).toBe(prompt(7).length + first.ids.length - 1);
   });
 
+  it("starts a prompt from the same user's generation still running where it opens with its tokens, and each gets the tokens it gets alone", async () => {
+    const opening = [...prompt(12), ...prompt(11).slice(1)];
+    const [aloneA, aloneB] = await Promise.all([collect(greedy(opening, 40)), collect(greedy([...opening, ...prompt(3).slice(1)]))]);
+    const hits0 = await counter('vllm:prefix_cache_hits_total');
+    const a = scoped(opening, 'live', 40);
+    const first = await a.next(); // its prompt is in its cache now
+    expect(first.done).toBe(false);
+    const b = await collect(scoped([...opening, ...prompt(3).slice(1)], 'live'));
+    const rest = await collect(a);
+    expect(b.ids).toEqual(aloneB.ids);
+    expect([...((first.value as GenerateEvent & { type: 'delta' }).tokenIds ?? []), ...rest.ids]).toEqual(aloneA.ids);
+    // All of a's prompt, and of its first tokens those a later step had fed back when b's step ran (at least none).
+    expect(b.done.usage.cachedInputTokens).toBeGreaterThanOrEqual(opening.length);
+    expect((await counter('vllm:prefix_cache_hits_total')) - hits0).toBe(b.done.usage.cachedInputTokens);
+  });
+
   it('lets a kept generation serve again after a turn starting from it is cancelled before it ran, and keeps no cancelled one', async () => {
     const first = await collect(scoped(prompt(8), 'c'));
     const turn = nextTurn(prompt(8), first.ids, 2);

@@ -40,6 +40,9 @@ export const KEPT_PROMPT_REUSE_TOKENS_MIN = 8;
  */
 export const KEPT_PROMPT_REUSE_OVER_REST_MIN = 0.5;
 
+/** Whether a prompt of `promptLength` tokens should start from another's first `at` (the two bounds above). */
+export const worthStarting = (at: number, promptLength: number): boolean => at >= KEPT_PROMPT_REUSE_TOKENS_MIN && at >= KEPT_PROMPT_REUSE_OVER_REST_MIN * (promptLength - at);
+
 /** The longest common opening of `a` and `b`, at most `max` tokens. */
 export function commonOpening(a: readonly number[], b: readonly number[], max: number): number {
   const n = Math.min(a.length, b.length, max);
@@ -89,8 +92,7 @@ export class KeptPrompts {
       const at = commonOpening(k.tokens, prompt, prompt.length - 1);
       if (at > (found?.at ?? 0)) found = { kept: k, at };
     }
-    if (!found || found.at < KEPT_PROMPT_REUSE_TOKENS_MIN || found.at < KEPT_PROMPT_REUSE_OVER_REST_MIN * (prompt.length - found.at)) return undefined;
-    return found;
+    return found && worthStarting(found.at, prompt.length) ? found : undefined;
   }
 
   /** A prompt starts from `k`: it is the most recently used, and stays until `forked`. */

@@ -102,6 +102,13 @@ export class KvPools {
     this.near.putIn(seq, kept, at);
   }
 
+  /** A new sequence holding the first `at` positions of live sequence `from`, in the cache new sequences start in (KvSlots.copyOpening). */
+  copyOpening(from: number, to: number, at: number): void {
+    const pool = this.poolOf(from);
+    if (!pool) throw new Error(`sequence ${from} holds no slot`);
+    pool.copyOpening(from, to, at, this.near);
+  }
+
   /** Frees the buffers of the caches no sequence holds a slot in; answers whether any were. */
   release(): boolean {
     return this.caches.map((c) => c.release()).some(Boolean);

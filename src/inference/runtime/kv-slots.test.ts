@@ -91,6 +91,19 @@ describe('slot-cache graph and KvSlots', () => {
     expect(() => sl.putIn(9, kept, 2)).toThrow(/holds a slot already/);
     expect(() => sl.putIn(10, kept, kept.len + 1)).toThrow(/has no first/);
     expect(sl.takeOut(2)).toBeUndefined();
+    // A live sequence's opening, into this cache and into another of the same layout (KvPools' caches), beside decoding rows.
+    const other = new KvSlots({ layers: 2, kvHeads: 2, headDim: headSize(ck.config), positionsMax: 160, emptyCacheFeeds: true });
+    const nine = [...two, tok(1, 49)[0]!];
+    sl.copyOpening(9, 10, 4);
+    prime(10, nine.slice(0, 4));
+    sl.copyOpening(9, 11, nine.length, other);
+    prime(11, nine);
+    await step([{ seq: 10, tokens: tok(3, 10) }, { seq: 9, tokens: tok(1, 50) }]);
+    const st = slotStepFeeds(other, [{ seq: 11, tokens: tok(2, 11) }]);
+    check([{ seq: 11, tokens: tok(2, 11) }], slotStepDone(other, st, await sess.run(st.feeds)), (seq) => other.len(seq));
+    expect(maxErr()).toBeLessThan(TOL);
+    expect(() => sl.copyOpening(9, 10, 2)).toThrow(/holds a slot already/);
+    expect(() => sl.copyOpening(2, 12, 1)).toThrow(/holds 0 positions here, not 1/);
   });
 
   it('reads the per-layer outputs of folders converted before new_key_values (cloudgate-convert/4)', async () => {

@@ -326,6 +326,27 @@ export class KvSlots {
   }
 
   /**
+   * Gives `to` (not holding a slot) a slot of `dst` (this cache or another of the same layout) holding
+   * the first `at` positions of live sequence `from` here: a prompt that opens with a running
+   * generation's tokens starts from them (scheduler.ts). The positions a sequence holds never change.
+   */
+  copyOpening(from: number, to: number, at: number, dst: KvSlots = this): void {
+    if (dst.slotOf.has(to)) throw new Error(`sequence ${to} holds a slot already`);
+    const len = this.slotOf.has(from) ? this.len(from) : 0;
+    if (!(Number.isInteger(at) && at > 0 && at <= len)) throw new Error(`sequence ${from} holds ${len} positions here, not ${at}`);
+    dst.open(to);
+    dst.reserve(Math.min(at + 1, this.layout.positionsMax));
+    // Slots are read after the reserve: it may have rebuilt the buffers (each slot keeps its place).
+    const { kvHeads: H, headDim: D } = this.layout;
+    const [src, out] = [this.slotOf.get(from)! * this.stride(), dst.slotOf.get(to)! * dst.stride()];
+    for (let l = 0; l < this.layout.layers; l++) {
+      copyHeads(H, D, at, this.k[l]!, src, this.cap, dst.k[l]!, out, dst.cap);
+      copyHeads(H, D, at, this.v[l]!, src, this.cap, dst.v[l]!, out, dst.cap);
+    }
+    dst.lenAt[dst.slotOf.get(to)!] = at;
+  }
+
+  /**
    * Puts `seqs` in consecutive slots, in slot order, moving other sequences
    * out of the way where there are gaps (only when the set of rows changed
    * around a sequence that is not stepping). Returns the first slot and the

@@ -9,7 +9,7 @@ import { CompletionRate } from './throughput.js';
 import { logSoftmax } from './sampler.js';
 import { Generation } from './output.js';
 import type { ModelText } from './text.js';
-import { KeptPrompts, type KeptPrompt } from './kept-prompts.js';
+import { commonOpening, KeptPrompts, worthStarting, type KeptPrompt } from './kept-prompts.js';
 import type { StepRow } from './protocol.js';
 
 // One owner of a model's batch slots. Sequences join between steps and leave
@@ -60,8 +60,11 @@ interface Seq {
   /** Its whole prompt and the tokens the worker sampled for it, where it may be kept. */
   prompt?: number[];
   sampled?: number[];
-  /** The kept generation its cache starts from, and the tokens taken from it: sent with its first prompt chunk. */
-  from?: { kept: KeptPrompt; tokens: number[] };
+  /**
+   * The generation its cache starts from (`seq`: kept, or still running) and the tokens taken from
+   * it: sent with its first prompt chunk. A kept one is held (KeptPrompts.use) until that step is answered.
+   */
+  from?: { seq: number; tokens: number[]; kept?: KeptPrompt };
   /** Its worker sequence has been freed or kept (release): the reaper leaves it. */
   released?: boolean;
   /** Prompt tokens its cache started with from a kept generation (usage's cachedInputTokens). */
@@ -104,6 +107,8 @@ export class Scheduler {
   private readonly completions = new CompletionRate();
   /** Finished generations kept for later prompts of their user (opts.chatPrefixCacheBytesMax); none where the worker keeps none. */
   private readonly keptPrompts: KeptPrompts | undefined;
+  /** Running generations of each user that a prompt may start from (startFromKept), until released. */
+  private readonly liveByScope = new Map<string, Set<Seq>>();
   /** Generations released in this turn of the event loop, not yet sent (release): one message each way a turn, not one a sequence. */
   private readonly released = { keep: [] as number[], free: [] as number[] };
 
@@ -426,9 +431,11 @@ export class Scheduler {
   }
 
   /**
-   * A generation of `scope` whose prompt opens with a kept generation's tokens starts from a copy
-   * of that cache (kept-prompts.ts): only the rest of its prompt runs. The copy is made in the
-   * worker with its first prompt chunk (StepRow.from), so it waits for nothing.
+   * A generation of `scope` whose prompt opens with the tokens of a kept generation of the same
+   * scope (kept-prompts.ts), or of one still running whose prompt is in its cache, starts from a
+   * copy of that cache: only the rest of its prompt runs. The copy is made in the worker with its
+   * first prompt chunk (StepRow.from), so it waits for nothing. A running one is not held: if it
+   * is gone by then (freed, not kept), the row runs those tokens itself and says so.
    */
   private startFromKept(seq: Seq, prompt: number[], scope: string): void {
     seq.scope = scope;
@@ -436,10 +443,22 @@ export class Scheduler {
     seq.sampled = [];
     M.prefixQueries.inc(this.runner.labels, prompt.length);
     const found = this.keptPrompts!.best(scope, prompt);
-    if (!found) return;
-    this.keptPrompts!.use(found.kept);
-    seq.from = { kept: found.kept, tokens: prompt.slice(0, found.at) };
-    seq.pending = prompt.slice(found.at);
+    let live: { seq: number; at: number } | undefined;
+    for (const o of this.liveByScope.get(scope) ?? []) {
+      // Its prompt is in its cache once it has made a token (and it waits for no start of its own).
+      if (o.cancelled || !o.gen || o.gen.produced === 0 || o.from) continue;
+      const at = commonOpening(cachedTokens(o), prompt, prompt.length - 1);
+      if (at > (live?.at ?? found?.at ?? 0) && worthStarting(at, prompt.length)) live = { seq: o.id, at };
+    }
+    let mine = this.liveByScope.get(scope);
+    if (!mine) this.liveByScope.set(scope, (mine = new Set()));
+    mine.add(seq);
+    if (live) seq.from = { seq: live.seq, tokens: prompt.slice(0, live.at) };
+    else if (found) {
+      this.keptPrompts!.use(found.kept);
+      seq.from = { seq: found.kept.seq, tokens: prompt.slice(0, found.at), kept: found.kept };
+    } else return;
+    seq.pending = prompt.slice(seq.from.tokens.length);
   }
 
   /**
@@ -453,7 +472,7 @@ export class Scheduler {
         M.prefixHits.inc(this.runner.labels, s.from.tokens.length);
         s.cached = s.from.tokens.length;
       }
-      this.keptPrompts!.forked(s.from.kept);
+      if (s.from.kept) this.keptPrompts!.forked(s.from.kept);
       s.from = undefined;
     }
   }
@@ -466,7 +485,7 @@ export class Scheduler {
   /** A prompt chunk of `n` tokens of `s` as a step's row: with where its cache starts, on the first. */
   private row(s: Seq, n: number): StepRow {
     const r: StepRow = { seq: s.id, tokens: s.pending.slice(0, n), sampler: this.samplerFor(s, n) };
-    if (s.from) r.from = { seq: s.from.kept.seq, tokens: s.from.tokens };
+    if (s.from) r.from = { seq: s.from.seq, tokens: s.from.tokens };
     return r;
   }
 
@@ -478,10 +497,10 @@ export class Scheduler {
     if (s.released) return;
     s.released = true;
     if (s.from) this.startedFromKept([s], [s.id]); // never sent: its kept generation may go
+    const mine = s.scope === undefined ? undefined : this.liveByScope.get(s.scope);
+    if (mine?.delete(s) && !mine.size) this.liveByScope.delete(s.scope!);
     const kp = this.keptPrompts;
-    const sampled = s.sampled ?? [];
-    // What its cache holds for sure: the prompt and each sampled token that a later step fed back.
-    const keep = !!kp && !!s.gen?.finished && !s.cancelled && s.scope !== undefined && sampled.length > 0 && kp.add(s.id, s.scope, [...s.prompt!, ...sampled.slice(0, -1)]);
+    const keep = !!kp && !!s.gen?.finished && !s.cancelled && s.scope !== undefined && (s.sampled?.length ?? 0) > 0 && kp.add(s.id, s.scope, cachedTokens(s));
     this.toRelease(keep ? 'keep' : 'free', [s.id]);
   }
 
@@ -842,6 +861,11 @@ export class Scheduler {
 /** What a kept prefix of `positions` holds: its cache, and the branch graph's copy of it (worker.ts prefixFeeds). */
 export function keptPrefixBytes(positions: number, layout: KvLayout): number {
   return 2 * positions * kvBytesPerPosition(layout);
+}
+
+/** What a generation's cache holds for sure: its prompt and each sampled token that a later step fed back. */
+function cachedTokens(s: Seq): number[] {
+  return [...s.prompt!, ...s.sampled!.slice(0, -1)];
 }
 
 /** A prefix's key for sharing (Scheduler.prefixes, Scheduler.kept): its scope and tokens; none without a scope. */

@@ -560,21 +560,24 @@ function startSampler(seq: number, spec: SamplerSpec): Sampling {
 const missedForks = new Set<number>();
 
 /**
- * Starts the rows that open with a kept generation's positions (StepRow.from) from a copy of
- * them; where it is not kept (or holds fewer), the row runs those tokens first. Once per row:
- * a shared step that failed runs its rows again, alone (runJoinGroup).
+ * Starts the rows that open with another generation's positions (StepRow.from: a kept one, or one
+ * still running) from a copy of them; where it is gone (or holds fewer), the row runs those tokens
+ * first. Once per row: a shared step that failed runs its rows again, alone (runJoinGroup).
  */
 function startFromKept(rows: StepRow[]): void {
   for (const r of rows) {
     const from = r.from;
     if (!from) continue;
     r.from = undefined;
+    if (cached(r.seq)) throw new Error(`sequence ${r.seq} already holds a cache: it cannot start from sequence ${from.seq}'s`);
+    const at = from.tokens.length;
     const kept = w.kept.get(from.seq);
-    if (kept && kept.len >= from.tokens.length && !cached(r.seq)) fork(from.seq, [r.seq], from.tokens.length);
-    else {
-      r.tokens = [...from.tokens, ...r.tokens];
-      missedForks.add(r.seq);
-    }
+    const pools = w.slots instanceof KvPools ? w.slots : undefined;
+    if (!pools) missedForks.add(r.seq);
+    else if (kept && kept.len >= at) pools.putIn(r.seq, kept, at);
+    else if (pools.has(from.seq) && pools.len(from.seq) >= at) pools.copyOpening(from.seq, r.seq, at);
+    else missedForks.add(r.seq);
+    if (missedForks.has(r.seq)) r.tokens = [...from.tokens, ...r.tokens];
   }
 }
 
@@ -727,11 +730,6 @@ function applyDeferred(): void {
 const betweenSteps = (op: () => void): void => void (w.busy ? deferred.push(op) : op());
 
 function fork(from: number, to: number[], at?: number): void {
-  const kept = w.kept.get(from);
-  if (kept && w.slots instanceof KvPools) {
-    for (const seq of to) w.slots.putIn(seq, kept, at ?? kept.len);
-    return;
-  }
   if (w.slots) throw new Error('this model graph keeps a slot cache, which does not fork: branches need the past_key_values layout of evaluation models');
   if (w.batch?.seqs.includes(from)) materialize();
   const src = w.store.get(from);
