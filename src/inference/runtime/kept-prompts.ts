@@ -4,7 +4,8 @@
 // kept keys and values instead of prefilling them again: vLLM's automatic prefix caching,
 // llama.cpp's `cache_prompt`. Matching is by the longest common opening of token ids, as
 // llama.cpp's server compares a slot's tokens with a new prompt; the kept generation's tokens
-// are its prompt and the tokens it generated that went back into its cache.
+// are its prompt and the tokens it generated that went back into its cache. (A prompt may also
+// start from a generation of the same user that is still running: scheduler.ts `startFromKept`.)
 //
 // One user's kept generations are never another's: a prompt that starts faster tells its sender
 // that someone sent those tokens before, so only the same user (the scope) finds them. Each
