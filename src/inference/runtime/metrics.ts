@@ -56,7 +56,7 @@ const waiting = gauge({ name: 'vllm:num_requests_waiting', help: 'Requests admit
 const kvUsage = gauge({ name: 'vllm:kv_cache_usage_perc', help: 'KV-cache usage, 0 to 1: positions held over batch slots x context length', labelNames: N }, 'inference');
 // vLLM's name for the same figure before 0.10; the endpoint picker and older dashboards still read it.
 const gpuCacheUsage = gauge({ name: 'vllm:gpu_cache_usage_perc', help: 'KV-cache usage, 0 to 1 (the older name of vllm:kv_cache_usage_perc)', labelNames: N }, 'inference');
-const promptTokens = counter({ name: 'vllm:prompt_tokens_total', help: 'Prompt tokens run through the model (prefill)', labelNames: N }, 'inference');
+const promptTokens = counter({ name: 'vllm:prompt_tokens_total', help: 'Prompt tokens run through the model (prefill), and those of generations taken from a kept cache (as vLLM counts every prompt token)', labelNames: N }, 'inference');
 // vLLM's prefix-cache counters, in tokens: here the evaluation prefixes (a request's state) and those joined
 // while another request's identical one was still prefilling (scheduler.ts scoreBranches).
 const prefixQueries = counter({ name: 'vllm:prefix_cache_queries_total', help: 'Prefix tokens looked up: evaluation states, and chat or completion prompts where kept generations are (CHAT_PREFIX_CACHE_MB)', labelNames: N }, 'inference');

@@ -33,6 +33,7 @@ function gatedRunner() {
     },
     async fork() {},
     free() {},
+    keep() {},
     interrupt() {},
     async decode() {},
   };
@@ -106,6 +107,7 @@ describe('scheduler', () => {
       interrupt: () => void interrupts++,
       async fork() {},
       free() {},
+      keep() {},
     } as unknown as Runner;
     const s = new Scheduler('m', runner, text, defaultEngineOptions, 512);
     const tick = async (until: () => boolean) => {

@@ -469,7 +469,9 @@ export class Scheduler {
     for (const s of seqs) {
       if (!s.from) continue;
       if (!missed.includes(s.id)) {
+        // Counted as prompt tokens too, as vLLM counts every prompt token, and as the prompt is billed (a cancelled one was billed already).
         M.prefixHits.inc(this.runner.labels, s.from.tokens.length);
+        if (!s.cancelled) M.promptTokens.inc(this.runner.labels, s.from.tokens.length);
         s.cached = s.from.tokens.length;
       }
       if (s.from.kept) this.keptPrompts!.forked(s.from.kept);
@@ -509,8 +511,8 @@ export class Scheduler {
     const { keep, free } = this.released;
     if (keep.length + free.length === 0) {
       queueMicrotask(() => {
-        this.runner.keep(keep.splice(0));
-        this.runner.free(free.splice(0));
+        if (keep.length) this.runner.keep(keep.splice(0));
+        if (free.length) this.runner.free(free.splice(0));
       });
     }
     this.released[how].push(...seqs);
