@@ -35,7 +35,7 @@ export const KEPT_PROMPT_REUSE_TOKENS_MIN = 8;
  * after it. Those then attend over the copied positions too, and a long prompt's step of many
  * tokens over a cache costs more a token than a fresh one (which attends over its own tokens
  * only): m25 q4 on the prefill session, 309 tokens after 16 copied took 66-83 ms against 51-72
- * for all 325 fresh; 68 after 593 copied, 17-21 ms against ~130 for all 661 (bench/README.md
+ * for all 325 fresh; 68 after 593 copied, 23-33 ms against 211-245 for all 661 fresh (bench/README.md
  * "Kept prompts"). A conversation's next turn (hundreds kept, tens new) passes by far; a
  * different conversation sharing only the chat template's first tokens does not.
  */
