@@ -683,7 +683,7 @@ describe('engine with two replicas of a chat model (MODEL_REPLICAS)', () => {
     }
   });
 
-  it("sends a conversation's next turn to the replica that kept the last one, whatever their loads", async () => {
+  it("sends a conversation's next turn to the replica that kept the last one, whatever their loads, and a prompt to where its opening runs", async () => {
     const two = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, replicas: 2 });
     try {
       const schedulers = (two as unknown as { models: Map<string, { schedulers: Scheduler[] }> }).models.get(gen())!.schedulers;
@@ -701,6 +701,17 @@ describe('engine with two replicas of a chat model (MODEL_REPLICAS)', () => {
       expect((await collect(next)).done.usage.cachedInputTokens).toBe(prompt(9).length + first.ids.length - 1);
       await busyFirst;
       await collect(busy);
+      // A running generation holds its opening too: a second prompt of its user that opens the same goes where it runs.
+      const opening = [...prompt(13), ...prompt(10).slice(1)];
+      const running = two.generate(gen(), req(opening, 'r2', 100));
+      await running.next();
+      const runsOn = schedulers.findIndex((s) => s.keptOpening([...opening, 5], 'r2') > 0);
+      expect(runsOn).toBeGreaterThanOrEqual(0);
+      const before = schedulers.map((s) => s.load());
+      const second = two.generate(gen(), req([...opening, ...prompt(4).slice(1)], 'r2'));
+      expect(schedulers[runsOn]!.load()).toBe(before[runsOn]! + 1);
+      expect((await collect(second)).done.usage.cachedInputTokens).toBeGreaterThanOrEqual(opening.length);
+      await collect(running);
     } finally {
       await two.close();
     }

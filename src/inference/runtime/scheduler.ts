@@ -442,23 +442,30 @@ export class Scheduler {
     seq.prompt = prompt;
     seq.sampled = [];
     M.prefixQueries.inc(this.runner.labels, prompt.length);
-    const found = this.keptPrompts!.best(scope, prompt);
-    let live: { seq: number; at: number } | undefined;
+    const start = this.startingPoint(prompt, scope);
+    let mine = this.liveByScope.get(scope);
+    if (!mine) this.liveByScope.set(scope, (mine = new Set()));
+    mine.add(seq);
+    if (!start) return;
+    if (start.kept) this.keptPrompts!.use(start.kept);
+    seq.from = { seq: start.seq, tokens: prompt.slice(0, start.at), ...(start.kept ? { kept: start.kept } : {}) };
+    seq.pending = prompt.slice(start.at);
+  }
+
+  /**
+   * Where a prompt of `scope` would start: the generation of the scope, kept or still running,
+   * that holds the longest of its opening, if that is worth starting from (kept-prompts.ts).
+   */
+  private startingPoint(prompt: number[], scope: string): { seq: number; at: number; kept?: KeptPrompt } | undefined {
+    const found = this.keptPrompts?.best(scope, prompt);
+    let start: { seq: number; at: number; kept?: KeptPrompt } | undefined = found && { seq: found.kept.seq, at: found.at, kept: found.kept };
     for (const o of this.liveByScope.get(scope) ?? []) {
       // Its prompt is in its cache once it has made a token (and it waits for no start of its own).
       if (o.cancelled || !o.gen || o.gen.produced === 0 || o.from) continue;
       const at = commonOpening(cachedTokens(o), prompt, prompt.length - 1);
-      if (at > (live?.at ?? found?.at ?? 0) && worthStarting(at, prompt.length)) live = { seq: o.id, at };
+      if (at > (start?.at ?? 0) && worthStarting(at, prompt.length)) start = { seq: o.id, at };
     }
-    let mine = this.liveByScope.get(scope);
-    if (!mine) this.liveByScope.set(scope, (mine = new Set()));
-    mine.add(seq);
-    if (live) seq.from = { seq: live.seq, tokens: prompt.slice(0, live.at) };
-    else if (found) {
-      this.keptPrompts!.use(found.kept);
-      seq.from = { seq: found.kept.seq, tokens: prompt.slice(0, found.at), kept: found.kept };
-    } else return;
-    seq.pending = prompt.slice(seq.from.tokens.length);
+    return start;
   }
 
   /**
@@ -479,9 +486,9 @@ export class Scheduler {
     }
   }
 
-  /** How many of `prompt`'s opening tokens a kept generation of `scope` holds here (0: none): where a replica's next generation should go. */
+  /** How many of `prompt`'s opening tokens a generation of `scope` holds here, kept or running (0: none): where a replica's next generation should go. */
   keptOpening(prompt: number[], scope?: string): number {
-    return (scope !== undefined && this.keptPrompts?.best(scope, prompt)?.at) || 0;
+    return (scope !== undefined && this.startingPoint(prompt, scope)?.at) || 0;
   }
 
   /** A prompt chunk of `n` tokens of `s` as a step's row: with where its cache starts, on the first. */
