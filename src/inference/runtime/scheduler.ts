@@ -462,7 +462,7 @@ export class Scheduler {
     for (const o of this.liveByScope.get(scope) ?? []) {
       // Its prompt is in its cache once it has made a token (and it waits for no start of its own).
       if (o.cancelled || !o.gen || o.gen.produced === 0 || o.from) continue;
-      const at = commonOpening(cachedTokens(o), prompt, prompt.length - 1);
+      const at = sharedOpening(o, prompt);
       if (at > (start?.at ?? 0) && worthStarting(at, prompt.length)) start = { seq: o.id, at };
     }
     return start;
@@ -875,6 +875,16 @@ export function keptPrefixBytes(positions: number, layout: KvLayout): number {
 /** What a generation's cache holds for sure: its prompt and each sampled token that a later step fed back. */
 function cachedTokens(s: Seq): number[] {
   return [...s.prompt!, ...s.sampled!.slice(0, -1)];
+}
+
+/** How many of `prompt`'s tokens, short of its last, open like `s`'s cache (cachedTokens), read where they lie: every new prompt of a user reads each of the user's running generations. */
+function sharedOpening(s: Seq, prompt: readonly number[]): number {
+  const inPrompt = commonOpening(s.prompt!, prompt, prompt.length - 1);
+  if (inPrompt < s.prompt!.length) return inPrompt;
+  const fed = Math.min(s.sampled!.length - 1, prompt.length - 1 - inPrompt);
+  let i = 0;
+  while (i < fed && s.sampled![i] === prompt[inPrompt + i]) i++;
+  return inPrompt + i;
 }
 
 /** A prefix's key for sharing (Scheduler.prefixes, Scheduler.kept): its scope and tokens; none without a scope. */
