@@ -1,5 +1,4 @@
-import path from 'node:path';
-import { benchArgs, daemonProbe, machine, ownSummary, pairSummary, PHASE_SECONDS_MIN, secondsFlag, startSide, streamPhase, wholeFlag, wholeListFlag, type OwnView } from './lib.js';
+import { benchArgs, chatBenchEnv, daemonProbe, machine, ownSummary, pairSummary, PHASE_SECONDS_MIN, secondsFlag, startSide, storyText, streamPhase, wholeFlag, wholeListFlag, type OwnView } from './lib.js';
 
 // Two daemon settings against each other on a machine whose speed drifts (this 2-core VM's
 // one-stream rate moved 350-700 tokens/s from one minute to the next): both daemons run at
@@ -25,19 +24,17 @@ const seconds = secondsFlag(args, 'seconds', 2, PHASE_SECONDS_MIN);
 /** Streaming on a daemon before its phase is timed: its threads wake and its caches fill. */
 const WARM_SECONDS = 0.3;
 const models = model.split(',');
-const LONG_STORY = 'Once upon a time there was a little girl named Lily who loved to play in the park with her friends and her dog';
 const longWords = wholeListFlag(args, 'long-prompt-words', 0, 0);
-const storyWords = LONG_STORY.split(' ');
 const systemWords = wholeFlag(args, 'system-words', 0, 0);
 const opts = {
   maxTokens: wholeFlag(args, 'tokens', 64, 1),
   firstToken: args.get('ttft') === 'first-token',
   // --system-words N: every request opens with the same system prompt of N words (an app's instructions), from the one key.
-  ...(systemWords ? { system: Array.from({ length: systemWords }, (_, i) => storyWords[i % storyWords.length]).join(' ') } : {}),
+  ...(systemWords ? { system: storyText(systemWords) } : {}),
 };
-const long = longWords.some((w) => w > 0) ? { prompts: longWords.map((w) => Array.from({ length: w }, (_, i) => storyWords[i % storyWords.length]).join(' ')), maxTokens: wholeFlag(args, 'long-tokens', 256, 1), streams: wholeFlag(args, 'long-streams', 1, 1) } : undefined;
+const long = longWords.some((w) => w > 0) ? { prompts: longWords.map((w) => storyText(w)), maxTokens: wholeFlag(args, 'long-tokens', 256, 1), streams: wholeFlag(args, 'long-streams', 1, 1) } : undefined;
 
-const start = (side: 'a' | 'b') => startSide(args, side, { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', ...(args.has('models-dir') ? { MODELS_DIR: path.resolve(args.get('models-dir')!) } : {}) });
+const start = (side: 'a' | 'b') => startSide(args, side, chatBenchEnv(args));
 
 async function main() {
   const a = await start('a');

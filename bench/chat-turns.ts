@@ -1,5 +1,4 @@
-import path from 'node:path';
-import { benchArgs, chatStream, fmt, machine, median, startSide, wholeFlag } from './lib.js';
+import { benchArgs, chatBenchEnv, chatStream, fmt, machine, median, startSide, storyText, wholeFlag } from './lib.js';
 
 // A conversation's turns against two daemon settings (kept prompts, runtime/kept-prompts.ts):
 // each turn sends the whole conversation again (a system prompt, then every user message and
@@ -17,13 +16,11 @@ const turns = wholeFlag(args, 'turns', 6, 1);
 const systemWords = wholeFlag(args, 'system-words', 200, 1);
 const maxTokens = wholeFlag(args, 'tokens', 32, 1);
 const pairs = wholeFlag(args, 'pairs', 5, 1);
-const STORY = 'Once upon a time there was a little girl named Lily who loved to play in the park with her friends and her dog';
-const words = STORY.split(' ');
-const system = (pair: number) => `Conversation ${pair}. ${Array.from({ length: systemWords }, (_, i) => words[i % words.length]).join(' ')}`;
+const system = (pair: number) => `Conversation ${pair}. ${storyText(systemWords)}`;
 
 type Message = { role: 'system' | 'user' | 'assistant'; content: string };
 
-const start = (side: 'a' | 'b') => startSide(args, side, { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', ...(args.has('models-dir') ? { MODELS_DIR: path.resolve(args.get('models-dir')!) } : {}) });
+const start = (side: 'a' | 'b') => startSide(args, side, chatBenchEnv(args));
 
 /** One streamed greedy turn: its time to first text, the answer, and the prompt's size. */
 async function turn(url: string, key: string, messages: Message[]): Promise<{ ttftMs: number; text: string; promptTokens: number }> {

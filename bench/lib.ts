@@ -310,6 +310,13 @@ export function ownSummary(phases: OwnView[], label = 'cloudgate'): string {
 }
 
 /** The environment a `--a` / `--b` flag gives a daemon: KEY=VALUE pairs separated by commas. */
+const STORY_WORDS = 'Once upon a time there was a little girl named Lily who loved to play in the park with her friends and her dog'.split(' ');
+/** A text of `n` words from a children's story, over and over: the benchmarks' long prompts, system prompts and documents. */
+export const storyText = (n: number): string => Array.from({ length: n }, (_, i) => STORY_WORDS[i % STORY_WORDS.length]).join(' ');
+
+/** A chat benchmark's daemon settings: no rate limits, and `--models-dir` where given. */
+export const chatBenchEnv = (args: Map<string, string>): Record<string, string> => ({ RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', ...(args.has('models-dir') ? { MODELS_DIR: path.resolve(args.get('models-dir')!) } : {}) });
+
 /** One side of an A/B benchmark: its daemon, a funded key, what it runs (its settings, its checkout). */
 export interface Side {
   label: string;

@@ -1,5 +1,4 @@
-import path from 'node:path';
-import { benchArgs, chatStream, fmt, machine, median, startSide, wholeFlag } from './lib.js';
+import { benchArgs, chatBenchEnv, chatStream, fmt, machine, median, startSide, storyText, wholeFlag } from './lib.js';
 
 // A second request that opens like one still running (kept prompts, runtime/kept-prompts.ts): an
 // app asks a long question about a document and, while that answer streams, a short one about the
@@ -14,9 +13,8 @@ const model = args.get('model') ?? 'cloudgate/stories260k';
 const words = wholeFlag(args, 'words', 200, 1);
 const longTokens = wholeFlag(args, 'long-tokens', 200, 1);
 const pairs = wholeFlag(args, 'pairs', 7, 1);
-const STORY = 'Once upon a time there was a little girl named Lily who loved to play in the park with her friends and her dog'.split(' ');
-const documentOf = (pair: number) => `Document ${pair}. ${Array.from({ length: words }, (_, i) => STORY[i % STORY.length]).join(' ')}`;
-const start = (side: 'a' | 'b') => startSide(args, side, { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', ...(args.has('models-dir') ? { MODELS_DIR: path.resolve(args.get('models-dir')!) } : {}) });
+const documentOf = (pair: number) => `Document ${pair}. ${storyText(words)}`;
+const start = (side: 'a' | 'b') => startSide(args, side, chatBenchEnv(args));
 
 /** The long request, and once its first token is out the short one: the short one's time to first token. */
 async function pair(url: string, key: string, doc: string): Promise<number> {

@@ -300,7 +300,7 @@ export class Engine implements InferenceEngine {
 
   generate(modelId: string, req: GenerateRequest): AsyncGenerator<GenerateEvent> {
     const schedulers = this.get(modelId).schedulers;
-    // The replica that kept the most of this prompt's opening (an earlier turn of the conversation) runs it.
+    // The replica holding the most of this prompt's opening (an earlier turn of the conversation, kept or still running) runs it.
     let holder: Scheduler | undefined;
     let most = 0;
     if (schedulers.length > 1) {

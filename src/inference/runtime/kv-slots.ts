@@ -100,9 +100,6 @@ export interface KeptKv {
   v: Float32Array[];
 }
 
-/** Bytes a kept cache holds. */
-export const keptKvBytes = (kept: KeptKv): number => kept.k.reduce((n, b) => n + b.byteLength, 0) * 2;
-
 export class KvSlots {
   private k: Float32Array[] = [];
   private v: Float32Array[] = [];
@@ -310,19 +307,8 @@ export class KvSlots {
 
   /** Gives `seq` (not holding a slot) a slot holding the first `at` positions of `kept`. */
   putIn(seq: number, kept: KeptKv, at: number): void {
-    if (this.slotOf.has(seq)) throw new Error(`sequence ${seq} holds a slot already`);
     if (!(Number.isInteger(at) && at > 0 && at <= kept.len)) throw new Error(`a kept cache of ${kept.len} positions has no first ${at}`);
-    this.open(seq);
-    // Room for the prompt's next position too.
-    this.reserve(Math.min(at + 1, this.layout.positionsMax));
-    const { kvHeads: H, headDim: D } = this.layout;
-    const slot = this.slotOf.get(seq)!;
-    const dst = slot * this.stride();
-    for (let l = 0; l < this.layout.layers; l++) {
-      copyHeads(H, D, at, kept.k[l]!, 0, kept.len, this.k[l]!, dst, this.cap);
-      copyHeads(H, D, at, kept.v[l]!, 0, kept.len, this.v[l]!, dst, this.cap);
-    }
-    this.lenAt[slot] = at;
+    this.openFrom(seq, at, () => ({ k: kept.k, v: kept.v, offset: 0, cap: kept.len }));
   }
 
   /**
@@ -331,19 +317,30 @@ export class KvSlots {
    * generation's tokens starts from them (scheduler.ts). The positions a sequence holds never change.
    */
   copyOpening(from: number, to: number, at: number, dst: KvSlots = this): void {
-    if (dst.slotOf.has(to)) throw new Error(`sequence ${to} holds a slot already`);
     const len = this.slotOf.has(from) ? this.len(from) : 0;
     if (!(Number.isInteger(at) && at > 0 && at <= len)) throw new Error(`sequence ${from} holds ${len} positions here, not ${at}`);
-    dst.open(to);
-    dst.reserve(Math.min(at + 1, this.layout.positionsMax));
-    // Slots are read after the reserve: it may have rebuilt the buffers (each slot keeps its place).
+    dst.openFrom(to, at, () => ({ k: this.k, v: this.v, offset: this.slotOf.get(from)! * this.stride(), cap: this.cap }));
+  }
+
+  /**
+   * Opens a slot for `seq` holding `at` positions copied from `source` (per layer [kvHeads, cap,
+   * headDim] from float `offset`), read once the slot's room is made: making it may rebuild these
+   * buffers, where the source is another slot of them (each slot keeps its place).
+   */
+  private openFrom(seq: number, at: number, source: () => { k: Float32Array[]; v: Float32Array[]; offset: number; cap: number }): void {
+    if (this.slotOf.has(seq)) throw new Error(`sequence ${seq} holds a slot already`);
+    this.open(seq);
+    // Room for the prompt's next position too.
+    this.reserve(Math.min(at + 1, this.layout.positionsMax));
     const { kvHeads: H, headDim: D } = this.layout;
-    const [src, out] = [this.slotOf.get(from)! * this.stride(), dst.slotOf.get(to)! * dst.stride()];
+    const { k, v, offset, cap } = source();
+    const slot = this.slotOf.get(seq)!;
+    const dst = slot * this.stride();
     for (let l = 0; l < this.layout.layers; l++) {
-      copyHeads(H, D, at, this.k[l]!, src, this.cap, dst.k[l]!, out, dst.cap);
-      copyHeads(H, D, at, this.v[l]!, src, this.cap, dst.v[l]!, out, dst.cap);
+      copyHeads(H, D, at, k[l]!, offset, cap, this.k[l]!, dst, this.cap);
+      copyHeads(H, D, at, v[l]!, offset, cap, this.v[l]!, dst, this.cap);
     }
-    dst.lenAt[dst.slotOf.get(to)!] = at;
+    this.lenAt[slot] = at;
   }
 
   /**

@@ -3,7 +3,7 @@ import { parentPort, receiveMessageOnPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
 import { endsGeneration, noPasses, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow } from './protocol.js';
 import { KvStore, kvBytesPerPosition, type Kv } from './kv.js';
-import { keptKvBytes, slotStepDone, slotStepFeeds, type KeptKv } from './kv-slots.js';
+import { slotStepDone, slotStepFeeds, type KeptKv } from './kv-slots.js';
 import { KvPools } from './kv-pools.js';
 import { ResidentSlots, type ResidentLayoutOf } from './kv-resident.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
@@ -760,7 +760,7 @@ function keep(seqs: number[]): void {
     const kept = w.slots.takeOut(s);
     if (!kept) continue;
     w.kept.set(s, kept);
-    w.keptBytes += keptKvBytes(kept);
+    w.keptBytes += kvBytesPerPosition(w.arch) * kept.len;
   }
   w.peers.freed(w.slots.live);
   if (!w.slots.live) releaseSlotsWhenIdle();
@@ -770,7 +770,7 @@ function free(seqs: number[]): void {
   for (const s of seqs) {
     missedForks.delete(s);
     const kept = w.kept.get(s);
-    if (kept) w.keptBytes -= keptKvBytes(kept);
+    if (kept) w.keptBytes -= kvBytesPerPosition(w.arch) * kept.len;
     w.kept.delete(s);
   }
   if (w.slots) {
