@@ -5,7 +5,7 @@ import onnxProto from 'onnx-proto';
 // The graphs the worker rewrites at load (prefill-graph.ts, resident-graph.ts) reach onnxruntime
 // as bytes, and a graph given as bytes has no folder. A model may keep its weights in a file
 // beside its graph (ONNX external data: every model past protobuf's 2 GB, and the converter's
-// whenever the float32 weights pass 1 GiB, at any width): the rewrite reads them from there, and
+// whenever a variant's weights pass 1 GiB, convert.ts variantWeightBytes): the rewrite reads them from there, and
 // the session finds the ones it leaves in place from the model file's folder.
 
 const { onnx } = onnxProto;
