@@ -13,6 +13,7 @@ import { loadConfig } from '../src/config.js';
 import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
 import { residentSessions, ResidentSlots } from '../src/inference/runtime/kv-resident.js';
 import { withRewrittenGraphConfig } from '../src/inference/runtime/external-data.js';
+import { providerEntry } from '../src/inference/runtime/execution-provider.js';
 
 // Chat throughput through the daemon: N concurrent streams, aggregate
 // completion tokens per second and time to first token, over SSE as a client
@@ -64,7 +65,7 @@ async function rawLoop(modelFile: string, dtype: ModelDtype, B: number, prompt: 
     intraOpNumThreads,
     interOpNumThreads: 1,
     extra: { session: spinSessionConfig(cfg.ORT_INTRA_OP_SPIN) },
-    executionProviders: [provider],
+    executionProviders: [providerEntry(provider, cfg.WEBGPU_VALIDATION_MODE)],
   });
   const sess = await ort.InferenceSession.create(modelFile, options(threads));
   // The daemon's worker's sessions (runtime/session-choice.ts), chosen the same way; the loop's B rows are its sequences.

@@ -2,6 +2,7 @@ import path from 'node:path';
 import { z } from 'zod';
 import { parseCorsOrigins } from './http/cors.js';
 import { MODEL_DTYPES } from './inference/convert/model-config.js';
+import { WEBGPU_VALIDATION_MODES } from './inference/runtime/execution-provider.js';
 import { THREAD_SPIN_SETTINGS, threadSpinOf } from './inference/runtime/spin.js';
 import { MODEL_THREAD_SCHEDS } from './inference/runtime/thread-policy.js';
 import { TOKENS_POST_INTERVAL_MS } from './inference/runtime/token-posts.js';
@@ -78,6 +79,10 @@ const envSchema = z.object({
   // Inference engine.
   EXECUTION_PROVIDER: z.enum(['cpu', 'webgpu', 'cuda']).default('cpu'),
   EXECUTION_PROVIDER_STRICT: bool.default(false),
+  // onnxruntime's webgpu `validationMode`: how much Dawn checks each dispatch from the host. A
+  // decode step is a few hundred dispatches, and one stream on an H100 was bounded by driving them
+  // (bench/README.md "GPU: the KV cache on the device"). Unset: onnxruntime's own default.
+  WEBGPU_VALIDATION_MODE: z.enum(WEBGPU_VALIDATION_MODES).optional(),
   // The weight variant every model folder that holds it serves (model_q4.onnx for q4, ...), over its
   // cloudgate.json `dtype`; a folder without that file serves its own choice (models/README.md).
   MODEL_DTYPE: z.enum(MODEL_DTYPES).optional(),

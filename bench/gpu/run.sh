@@ -90,6 +90,15 @@ evaluation() {
   done
 }
 
+# The daemon on webgpu under other validation modes (WEBGPU_VALIDATION_MODE; VMODES, 1 and 16 streams).
+cg_modes() {
+  local s=$1
+  for mode in ${VMODES:-disabled wgpuOnly}; do
+    log "cloudgate $s q4 on webgpu, validationMode $mode"
+    WEBGPU_VALIDATION_MODE=$mode EXECUTION_PROVIDER=webgpu EXECUTION_PROVIDER_STRICT=true timeout 150 node dist/bench/inference.js --model peer/$s --models-dir $G/models-$s --dtype q4 --streams ${MODE_STREAMS:-1,16} --seconds $SECS --raw-seconds ${RAW_SECS:-3} --ttft first-token 2>&1 | grep -v '"level"'
+  done
+}
+
 # What webgpu's per-dispatch checks cost a decode step: the device-cache graph under each validationMode.
 modes() {
   for s in m25 m110; do
@@ -135,6 +144,8 @@ for step in "$@"; do
     cg-m110-f32) cg m110 fp32 ;;
     eval) evaluation ;;
     modes) modes ;;
+    cg-modes-m25) cg_modes m25 ;;
+    cg-modes-m110) cg_modes m110 ;;
     llama-setup) llama_setup ;;
     llama-m25) llama m25 q4_0 ;;
     llama-m110) llama m110 q4_0 ;;

@@ -21,6 +21,7 @@ export const inferenceModule: Module = {
       modelsDir: c.modelsDir,
       executionProvider: c.EXECUTION_PROVIDER,
       strict: c.EXECUTION_PROVIDER_STRICT,
+      webgpuValidationMode: c.WEBGPU_VALIDATION_MODE,
       intraOpThreads: c.ORT_INTRA_OP_THREADS,
       threadsNice: c.MODEL_THREADS_NICE,
       threadsSched: c.MODEL_THREADS_SCHED,

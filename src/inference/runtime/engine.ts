@@ -11,6 +11,7 @@ import { peerShares } from './peers.js';
 import { pickReplica } from './replicas.js';
 import { Scheduler } from './scheduler.js';
 import type { LoadedSessions } from './session-choice.js';
+import type { WebgpuValidationMode } from './execution-provider.js';
 import type { ThreadSpin } from './spin.js';
 import { type ModelThreadSched, workerThreadNice } from './thread-policy.js';
 import { ModelText } from './text.js';
@@ -52,6 +53,8 @@ export interface EngineConfig {
   replicas?: number;
   /** KV_SPLIT_LONG_ROWS: a chat model's far longer sequences keep their cache apart and step as their own run (kv-pools.ts); default true. */
   kvSplit?: boolean;
+  /** WEBGPU_VALIDATION_MODE: how much Dawn checks each webgpu dispatch; unset, onnxruntime's default. */
+  webgpuValidationMode?: WebgpuValidationMode;
   /** KV_ON_DEVICE: on a GPU provider, a chat model's KV cache stays on the device between steps (kv-resident.ts); default true. */
   kvOnDevice?: boolean;
   /** MODEL_DTYPE: the weight variant served by every folder that holds it, over cloudgate.json's `dtype` */
@@ -215,6 +218,7 @@ export class Engine implements InferenceEngine {
           tokensPostIntervalMs: cfg.tokensPostIntervalMs ?? TOKENS_POST_INTERVAL_MS,
           kvSplit: cfg.kvSplit ?? true,
           kvOnDevice: cfg.kvOnDevice ?? true,
+          webgpuValidationMode: cfg.webgpuValidationMode,
           modelBytes: modelBytes(modelPath),
           keptBytesMax: c.kind === 'chat' ? opts.chatPrefixCacheBytesMax : 0,
         };

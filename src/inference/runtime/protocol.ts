@@ -12,6 +12,7 @@ import type { ThreadSpin } from './spin.js';
 import type { ModelThreadSched } from './thread-policy.js';
 import type { StepTokens } from './token-posts.js';
 import type { WeightType } from './integer-products.js';
+import type { WebgpuValidationMode } from './execution-provider.js';
 
 export interface InitMsg {
   type: 'init';
@@ -43,6 +44,8 @@ export interface InitMsg {
   kvSplit: boolean;
   /** On a GPU provider, a slot-cache model's KV cache stays on the device between steps (kv-resident.ts). */
   kvOnDevice: boolean;
+  /** On webgpu, onnxruntime's validationMode for every session; undefined: its default. */
+  webgpuValidationMode?: WebgpuValidationMode;
   /** The graph and its weights on disk: what a second run of a step reads again (kv-pools.ts). */
   modelBytes: number;
   /** The model's context length: no sequence's cache grows past it. */

@@ -3,6 +3,7 @@ import path from 'node:path';
 import os from 'node:os';
 import ort from 'onnxruntime-node';
 import type { Arch, InitMsg } from './protocol.js';
+import { providerEntry } from './execution-provider.js';
 import type { LoadedSessions, SessionKind } from './session-choice.js';
 import { spinningSessionConfig, spinSessionConfig } from './spin.js';
 import { prefillGraph } from './prefill-graph.js';
@@ -61,9 +62,10 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void): 
     extra: { session: spinSessionConfig(msg.spin) },
   };
   let provider = msg.executionProvider;
+  const onProvider = (name: string) => providerEntry(name, msg.webgpuValidationMode);
   let session: ort.InferenceSession;
   try {
-    session = await createSession(msg.modelPath, { ...base, executionProviders: [provider] });
+    session = await createSession(msg.modelPath, { ...base, executionProviders: [onProvider(provider)] });
   } catch (e) {
     if (provider === 'cpu' || msg.strict) throw e;
     // A GPU provider that cannot start falls back to CPU unless told to insist.
@@ -122,7 +124,7 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void): 
   const resident =
     slotCache && provider === 'webgpu' && msg.kvOnDevice
       ? await extra('device-resident KV cache', 'every step copies its rows\' cache to the device', async () => {
-          const sessions = await residentSessions(msg.modelPath, arch, { ...base, executionProviders: [provider] }, createSession);
+          const sessions = await residentSessions(msg.modelPath, arch, { ...base, executionProviders: [onProvider(provider)] }, createSession);
           if (!sessions) throw new Error('the graph is not a slot-cache graph with one new_key_values output (convert it again)');
           return sessions;
         })
@@ -133,7 +135,7 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void): 
   if (msg.branchModelPath) {
     // The branch graph only makes scoring faster: a model whose branch graph does not load scores without it.
     try {
-      const s = await createSession(msg.branchModelPath, { ...base, executionProviders: [provider] });
+      const s = await createSession(msg.branchModelPath, { ...base, executionProviders: [onProvider(provider)] });
       if (!s.inputNames.includes('prefix_key_values.0.key')) throw new Error('it has no prefix_key_values inputs');
       branchSession = s;
       arch.sharedPrefix = true;
