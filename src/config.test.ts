@@ -36,6 +36,12 @@ describe('loadConfig', () => {
     expect(() => loadConfig({ TOKENS_POST_INTERVAL_MS: '-1' })).toThrow(/TOKENS_POST_INTERVAL_MS="-1"/);
   });
 
+  it('takes one of onnxruntime\'s webgpu validation modes, and leaves it unset by default', () => {
+    expect(loadConfig({}).WEBGPU_VALIDATION_MODE).toBeUndefined();
+    expect(loadConfig({ WEBGPU_VALIDATION_MODE: 'disabled' }).WEBGPU_VALIDATION_MODE).toBe('disabled');
+    expect(() => loadConfig({ WEBGPU_VALIDATION_MODE: 'lenient' })).toThrow(/WEBGPU_VALIDATION_MODE="lenient"/);
+  });
+
   it('treats empty strings as unset', () => {
     expect(loadConfig({ DATABASE_URL: '' }).DATABASE_URL).toBeUndefined();
   });
