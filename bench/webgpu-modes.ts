@@ -1,6 +1,7 @@
 import ort from 'onnxruntime-node';
 import { residentSessions, ResidentSlots, type ResidentSessions } from '../src/inference/runtime/kv-resident.js';
 import { benchArgs, fmt, machine, median } from './lib.js';
+import { slotGraphLayout } from './slot-graph.js';
 
 // One decode step of the device-cache graph (runtime/resident-graph.ts, as the daemon runs a chat
 // model on webgpu) under each of onnxruntime's webgpu `validationMode`s, to see what the host's
@@ -20,11 +21,7 @@ const STEPS = Number(args.get('steps') ?? 40);
 const ROUNDS = Number(args.get('rounds') ?? 5);
 const PROMPT_TOKENS = 20;
 
-const probe = await ort.InferenceSession.create(file);
-const keys = probe.inputMetadata.filter((m) => /^cache\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];
-if (!keys.length) throw new Error(`${file} is not a slot-cache chat graph`);
-const layout = { layers: keys.length, kvHeads: Number(keys[0]!.shape[1]), headDim: Number(keys[0]!.shape[3]), positionsMax: 1024 };
-await probe.release();
+const layout = await slotGraphLayout(file);
 const sessions = new Map<string, ResidentSessions>();
 for (const mode of MODES) {
   const ep = [{ name: 'webgpu', validationMode: mode } as ort.InferenceSession.ExecutionProviderConfig];

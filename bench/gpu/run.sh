@@ -107,6 +107,14 @@ modes() {
   done
 }
 
+# Where a decode step's time goes: read back as served, issued with nothing read back, one Add read back.
+step_time() {
+  for s in m25 m110; do
+    log "webgpu step: issue against read-back, $s int4"
+    timeout 150 node dist/bench/webgpu-sync.js --model $G/models-$s/$s/model_q4.onnx --rows 1,16 2>&1 | grep -v '"level"\|VerifyEach'
+  done
+}
+
 # llama.cpp's CUDA build on the GGUF of the same checkpoint (q4_0 for our int4, f32 for f32).
 llama_setup() {
   [ -d $G/peer ] || tar -xJf .gpu/llama/peer.tar.xz -C $G
@@ -144,6 +152,7 @@ for step in "$@"; do
     cg-m110-f32) cg m110 fp32 ;;
     eval) evaluation ;;
     modes) modes ;;
+    step-time) step_time ;;
     cg-modes-m25) cg_modes m25 ;;
     cg-modes-m110) cg_modes m110 ;;
     llama-setup) llama_setup ;;
