@@ -587,6 +587,26 @@ describe('engine queue', () => {
       await small.close();
     }
   }, 30_000);
+
+  it('lets a full batch\'s next request in as soon as one of its generations has finished, before any rate is measured', async () => {
+    // A fresh engine: no request has ended lately, so a request that had to queue behind a full batch was refused.
+    const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { batchSizeMax: 2 } });
+    try {
+      const x = await small.encodeChat(CHAT, [{ role: 'user', content: 'x' }]);
+      const g = (n: number) => small.generate(CHAT, { promptTokens: [...x], maxTokens: n, temperature: 0, topP: 1, stop: [] });
+      let longEnded = false;
+      const long = collect(g(200)).finally(() => (longEnded = true));
+      expect((await collect(g(2))).done.usage.outputTokens).toBe(2);
+      // The long generation still decodes in the run the short one ended in; the short one's slot is free.
+      expect(longEnded).toBe(false);
+      const next = collect(g(2));
+      expect((await next).done.usage.outputTokens).toBe(2);
+      expect(longEnded).toBe(false);
+      expect((await long).done.usage.outputTokens).toBe(200);
+    } finally {
+      await small.close();
+    }
+  }, 30_000);
 });
 
 const HF = path.resolve(process.env.SHARED_MODELS_DIR ?? path.join(repo, '../shared/models'), 'tiny-random-llama-hf');

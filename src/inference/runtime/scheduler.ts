@@ -143,9 +143,17 @@ export class Scheduler {
     M.kvUsage.set(this.runner.labels, kvCacheUsage(this.kvPositionsHeld(), this.opts.batchSizeMax, this.contextLength));
   }
 
+  /**
+   * Batch slots held: a generation's until it has finished, a scoring prefix's until reaped. A
+   * finished generation stays in `active` until the decode run it ended in is over, but the
+   * worker gave its slot back at the end of that step (worker.ts freeEnded). Counted, it kept a
+   * full batch's next request out of the run in flight (the run was cut to let it in), and on a
+   * fresh daemon, before four requests had ended, such a request was refused as if no start could
+   * be promised: 64 clients streaming back to back got 429s in their first seconds.
+   */
   private slotsUsed(): number {
     let n = 0;
-    for (const s of this.active) if (s.gen || s.prefixOf) n++;
+    for (const s of this.active) if ((s.gen && !s.gen.finished) || s.prefixOf) n++;
     return n;
   }
 
