@@ -1,7 +1,7 @@
 import ort from 'onnxruntime-node';
-import { residentSessions, ResidentSlots, type ResidentSessions } from '../src/inference/runtime/kv-resident.js';
+import { residentSessions, type ResidentSessions } from '../src/inference/runtime/kv-resident.js';
 import { benchArgs, fmt, machine, median } from './lib.js';
-import { slotGraphLayout } from './slot-graph.js';
+import { decodeStepMs, slotGraphLayout } from './slot-graph.js';
 
 // One decode step of the device-cache graph (runtime/resident-graph.ts, as the daemon runs a chat
 // model on webgpu) under each of onnxruntime's webgpu `validationMode`s, to see what the host's
@@ -19,7 +19,6 @@ const MODES = (args.get('modes') ?? 'basic,wgpuOnly,disabled').split(',') as Arr
 const ROWS = (args.get('rows') ?? '1,16').split(',').map(Number);
 const STEPS = Number(args.get('steps') ?? 40);
 const ROUNDS = Number(args.get('rounds') ?? 5);
-const PROMPT_TOKENS = 20;
 
 const layout = await slotGraphLayout(file);
 const sessions = new Map<string, ResidentSessions>();
@@ -30,26 +29,6 @@ for (const mode of MODES) {
   sessions.set(mode, s);
 }
 
-/** One round of `rows` sequences on `mode`'s sessions: each decode step's ms. */
-async function round(mode: string, rows: number): Promise<number[]> {
-  const s = sessions.get(mode)!;
-  const kv = new ResidentSlots(layout, s);
-  const run = (feeds: Record<string, ort.Tensor>) => s.step.run(feeds);
-  const seqs = Array.from({ length: rows }, (_, i) => i);
-  try {
-    await kv.step(seqs.map((seq) => ({ seq, tokens: Array.from({ length: PROMPT_TOKENS }, (_, j) => 5 + ((seq + j) % 200)) })), run);
-    const ms: number[] = [];
-    for (let i = 0; i < STEPS; i++) {
-      const t = performance.now();
-      await kv.step(seqs.map((seq) => ({ seq, tokens: [5 + ((seq + i) % 200)] })), run);
-      ms.push(performance.now() - t);
-    }
-    return ms;
-  } finally {
-    kv.dispose();
-  }
-}
-
 console.log(machine());
 console.log(`model: ${file}; decode steps of the device-cache graph on webgpu, median ms of ${ROUNDS - 1} rounds of ${STEPS} steps (the first round not counted), modes in turns`);
 console.log(`| rows | ${MODES.join(' | ')} |`);
@@ -58,7 +37,7 @@ for (const rows of ROWS) {
   const ms = new Map<string, number[]>(MODES.map((m) => [m, []]));
   for (let r = 0; r < ROUNDS; r++) {
     for (const mode of r % 2 ? [...MODES].reverse() : MODES) {
-      const steps = await round(mode, rows);
+      const steps = await decodeStepMs(layout, sessions.get(mode)!, rows, STEPS);
       if (r > 0) ms.get(mode)!.push(...steps);
     }
   }

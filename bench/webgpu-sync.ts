@@ -1,10 +1,11 @@
 import fs from 'node:fs';
 import ort from 'onnxruntime-node';
-import { ResidentSlots, residentSessions, type ResidentSessions } from '../src/inference/runtime/kv-resident.js';
+import { residentSessions, type ResidentSessions } from '../src/inference/runtime/kv-resident.js';
 import { residentGraph } from '../src/inference/runtime/resident-graph.js';
 import { withRewrittenGraphConfig } from '../src/inference/runtime/external-data.js';
 import { benchArgs, fmt, machine, median } from './lib.js';
-import { slotGraphLayout } from './slot-graph.js';
+import { decodeStepMs, slotGraphLayout } from './slot-graph.js';
+import { GraphBuilder } from '../src/inference/convert/onnx-graph.js';
 
 // Where a decode step of the device-cache graph spends its time on webgpu (one stream on an H200
 // took 8.4 ms a step at m25 whatever its rows; llama.cpp's CUDA build 0.6 ms a token). Three
@@ -23,7 +24,6 @@ if (!file) throw new Error('--model: a converted chat model\'s slot-cache graph 
 const ROWS = (args.get('rows') ?? '1,16').split(',').map(Number);
 const STEPS = Number(args.get('steps') ?? 40);
 const ROUNDS = Number(args.get('rounds') ?? 5);
-const PROMPT_TOKENS = 20;
 const webgpu: ort.InferenceSession.SessionOptions = { executionProviders: ['webgpu'] };
 
 const layout = await slotGraphLayout(file);
@@ -36,49 +36,22 @@ const unread: ResidentSessions = {
 
 /** Decode steps of `rows` sequences on `s`: each step's ms. Logits left on the device are given back unread. */
 async function round(s: ResidentSessions, rows: number): Promise<number[]> {
-  const kv = new ResidentSlots(layout, s);
   const placeholder = { logits: new ort.Tensor('float32', new Float32Array(1), [1, 1]) };
-  const run = async (feeds: Record<string, ort.Tensor>) => {
+  return decodeStepMs(layout, s, rows, STEPS, async (feeds) => {
     const out = await s.step.run(feeds);
     if (out.logits!.location !== 'gpu-buffer') return out;
     out.logits!.dispose();
     return { ...out, ...placeholder };
-  };
-  const seqs = Array.from({ length: rows }, (_, i) => i);
-  try {
-    await kv.step(seqs.map((seq) => ({ seq, tokens: Array.from({ length: PROMPT_TOKENS }, (_, j) => 5 + ((seq + j) % 200)) })), run);
-    const ms: number[] = [];
-    for (let i = 0; i < STEPS; i++) {
-      const t = performance.now();
-      await kv.step(seqs.map((seq) => ({ seq, tokens: [5 + ((seq + i) % 200)] })), run);
-      ms.push(performance.now() - t);
-    }
-    return ms;
-  } finally {
-    kv.dispose();
-  }
+  });
 }
 
-/** A graph of one Add: y = x + x, float32 [rows, vocab] (ONNX protobuf written by hand: 5 small messages). */
+/** A graph of one Add on webgpu: y = x + x, float32 [rows, vocab]. */
 async function oneAdd(): Promise<ort.InferenceSession> {
-  const enc = new TextEncoder();
-  const varint = (n: number) => {
-    const b: number[] = [];
-    for (; n > 127; n >>>= 7) b.push((n & 127) | 128);
-    b.push(n);
-    return b;
-  };
-  const field = (no: number, bytes: number[] | Uint8Array) => [(no << 3) | 2, ...varint(bytes.length), ...bytes];
-  const str = (no: number, s: string) => field(no, enc.encode(s));
-  const num = (no: number, n: number) => [(no << 3) | 0, ...varint(n)];
-  // TypeProto.Tensor float [rows, vocab] with symbolic dims.
-  const dim = (name: string) => field(1, str(2, name));
-  const type = field(1, [...num(1, 1), ...field(2, [...dim('rows'), ...dim('vocab')])]);
-  const value = (name: string) => [...str(1, name), ...field(2, type)];
-  const node = [...str(1, 'x'), ...str(1, 'x'), ...str(2, 'y'), ...str(4, 'Add')];
-  const graph = [...field(1, node), ...str(2, 'one_add'), ...field(11, value('x')), ...field(12, value('y'))];
-  const model = [...num(1, 8), ...field(8, [...str(1, ''), ...num(2, 17)]), ...field(7, graph)];
-  return ort.InferenceSession.create(Uint8Array.from(model), webgpu);
+  const gb = new GraphBuilder();
+  const x = gb.input('x', 'float32', ['rows', 'vocab']);
+  gb.op('Add', [x, x], {}, ['y']);
+  gb.output('y', 'float32', ['rows', 'vocab']);
+  return ort.InferenceSession.create(gb.encode({ graphName: 'one-add', opset: 17, producer: 'cloudgate' }).model, webgpu);
 }
 const add = await oneAdd();
 const vocab = 512;
