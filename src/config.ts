@@ -80,8 +80,9 @@ const envSchema = z.object({
   EXECUTION_PROVIDER: z.enum(['cpu', 'webgpu', 'cuda']).default('cpu'),
   EXECUTION_PROVIDER_STRICT: bool.default(false),
   // onnxruntime's webgpu `validationMode`: how much Dawn checks each dispatch from the host. A
-  // decode step is a few hundred dispatches, and one stream on an H100 was bounded by driving them
-  // (bench/README.md "GPU: the KV cache on the device"). Unset: onnxruntime's own default.
+  // decode step is a few hundred dispatches and one stream is bound by issuing them, but on an
+  // H200 no mode moved a step beyond a run's noise (bench/README.md "GPU on an H200 with this
+  // build"). Unset: onnxruntime's own default (`basic`).
   WEBGPU_VALIDATION_MODE: z.enum(WEBGPU_VALIDATION_MODES).optional(),
   // The weight variant every model folder that holds it serves (model_q4.onnx for q4, ...), over its
   // cloudgate.json `dtype`; a folder without that file serves its own choice (models/README.md).
