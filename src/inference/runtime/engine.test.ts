@@ -607,6 +607,44 @@ describe('engine queue', () => {
       await small.close();
     }
   }, 30_000);
+
+  it('gives a slot freed in a decode run to the queue\'s head at once, first come first served', async () => {
+    const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { batchSizeMax: 2, admissionWaitMsMax: Infinity } });
+    try {
+      const x = await small.encodeChat(CHAT, [{ role: 'user', content: 'x' }]);
+      const g = (n: number) => small.generate(CHAT, { promptTokens: [...x], maxTokens: n, temperature: 0, topP: 1, stop: [] });
+      const order: string[] = [];
+      // The long generation's tokens when each queued one started: a decode run is up to 64 steps.
+      let longTokens = 0;
+      const startedAt = new Map<string, number>();
+      const run = async (name: string, n: number) => {
+        let first = true;
+        for await (const ev of g(n)) {
+          if (ev.type === 'delta' && name === 'long') longTokens += ev.tokenIds.length;
+          if (ev.type === 'delta' && first) {
+            first = false;
+            order.push(`${name} started`);
+            startedAt.set(name, longTokens);
+          }
+          if (ev.type === 'done') order.push(`${name} done`);
+        }
+      };
+      const long = run('long', 200);
+      const short = run('short', 3);
+      // The batch is full: these wait, in this order, and each starts when a slot comes free.
+      const queued = ['q1', 'q2', 'q3'].map((name) => run(name, 3));
+      await Promise.all([short, ...queued]);
+      // Each took the slot the one before gave back, in the decode run the long one is still in
+      // (before, a freed slot waited for that run to end, up to 64 steps).
+      expect(order.filter((e) => e !== 'long started')).toEqual(['short started', 'short done', 'q1 started', 'q1 done', 'q2 started', 'q2 done', 'q3 started', 'q3 done']);
+      expect(startedAt.get('q1')).toBeLessThan(20);
+      expect(startedAt.get('q3')).toBeLessThan(40);
+      await long;
+      expect(order.at(-1)).toBe('long done');
+    } finally {
+      await small.close();
+    }
+  }, 30_000);
 });
 
 const HF = path.resolve(process.env.SHARED_MODELS_DIR ?? path.join(repo, '../shared/models'), 'tiny-random-llama-hf');

@@ -201,6 +201,9 @@ export class Scheduler {
     }
     this.queue(seq);
     if (this.joinRun?.(seq)) return;
+    // A full batch in a decode run: the first slot that comes free goes to the queue's head
+    // (fillFreedSlots); ending the run now would free none.
+    if (this.joinRun && this.slotsUsed() >= this.opts.batchSizeMax) return;
     // Into an idle model the prompt goes now, not after the rest of this turn (the request's
     // response headers, its first event): 0.15-0.5 ms of a lone stream's time to first token.
     // Busy, the loop takes what arrived in the turn together.
@@ -232,7 +235,8 @@ export class Scheduler {
     if (!this.joinable(seq)) return false;
     const w = this.waiting.indexOf(seq);
     if (w >= 0) {
-      if (this.slotsUsed() >= this.opts.batchSizeMax) return false;
+      // First come, first served: a request behind others in the queue waits its turn.
+      if (w > 0 || this.slotsUsed() >= this.opts.batchSizeMax) return false;
       this.unqueue(w);
       this.activate(seq);
     } else if (!this.active.has(seq)) return false;
@@ -840,6 +844,7 @@ export class Scheduler {
           }
         }
         for (const s of drop) this.release(s);
+        if (this.waiting.length) this.fillFreedSlots();
         if (rows.some((s) => !dropped.has(s.id) && !s.gen!.finished && this.paused(s))) interrupt();
       });
       // After the decode message: the worker is in the run when these arrive, so they join it.
@@ -851,6 +856,17 @@ export class Scheduler {
     } finally {
       this.replan = undefined;
       this.joinRun = undefined;
+    }
+  }
+
+  /**
+   * Slots that came free in the decode run in flight (its generations that ended) go to the
+   * queue's head, which joins the run; a head that cannot join (a long prompt, an evaluation)
+   * ends the run after its step, so the loop starts it.
+   */
+  private fillFreedSlots(): void {
+    while (this.waiting.length && this.slotsUsed() < this.opts.batchSizeMax) {
+      if (!this.joinRun?.(this.waiting[0]!)) return this.replan?.();
     }
   }
 
