@@ -9,6 +9,10 @@ import { benchArgs, chatBenchEnv, daemonProbe, machine, ownSummary, pairSummary,
 // runtime/peers.ts): a phase's rate is their sum, its TTFT their median's mean.
 // Usage: node dist/bench/ab.js --model ID[,ID2...] --models-dir DIR [--a 'K=V,K=V'] [--b 'K=V'] [--a-root DIR] [--b-root DIR]
 //   [--streams 1] [--rounds 20] [--seconds 2] [--tokens 64] [--ttft first-token] [--system-words N] [--long-prompt-words N[,N2...] --long-tokens M --long-streams K]
+//   [--first-streams N]
+// --first-streams N: each daemon streams at N clients for a few seconds before the pairs. More
+// clients than batch slots (64) need it: a fresh daemon has seen no request end, so it refuses
+// what would queue beyond its free slots (docs/faults.md "Overload").
 // --long-prompt-words: K streams more (default 1), whose prompt is a story of N words (stream i the i-th
 // of several lengths, in turn) and which generate M tokens (default 256) each request: long
 // conversations beside the short ones (KV_SPLIT_LONG_ROWS).
@@ -24,6 +28,9 @@ const seconds = secondsFlag(args, 'seconds', 2, PHASE_SECONDS_MIN);
 /** Streaming on a daemon before its phase is timed: its threads wake and its caches fill. */
 const WARM_SECONDS = 0.3;
 const models = model.split(',');
+const firstStreams = wholeFlag(args, 'first-streams', 0, 0);
+/** The --first-streams phase: long enough for several requests of every client to end. */
+const FIRST_SECONDS = 3;
 const longWords = wholeListFlag(args, 'long-prompt-words', 0, 0);
 const systemWords = wholeFlag(args, 'system-words', 0, 0);
 const opts = {
@@ -42,6 +49,7 @@ async function main() {
   try {
     const url = (s: typeof a) => `${s.d.inferenceUrl}/v1/chat/completions`;
     console.log(`machine: ${machine()}\nmodel ${model}, ${streams} stream(s)${models.length > 1 ? ' each' : ''}${systemWords ? `, a ${systemWords}-word system prompt on every request` : ''}${long ? ` and ${long.streams} of a ${longWords.join(' / ')}-word prompt generating ${long.maxTokens} tokens` : ''}, ${rounds} pairs of ${seconds} s phases (order alternating)\nA: ${a.label}\nB: ${b.label}`);
+    if (firstStreams) for (const s of [a, b]) await Promise.all(models.map((m) => streamPhase(url(s), s.key, firstStreams, FIRST_SECONDS, { ...opts, model: m })));
     const res = { a: [] as Array<{ rate: number; ttftMs: number }>, b: [] as Array<{ rate: number; ttftMs: number }> };
     const own = { a: [] as OwnView[], b: [] as OwnView[] };
     for (let r = 0; r < rounds; r++) {
