@@ -645,6 +645,31 @@ describe('engine queue', () => {
       await small.close();
     }
   }, 30_000);
+
+  it('starts a queued prompt too long to join a decode run as soon as a slot comes free in it', async () => {
+    // A prompt over the step budget runs in chunks of its own, between decode runs: the run is ended for it.
+    const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { batchSizeMax: 2, admissionWaitMsMax: Infinity, prefillTokensPerStepMax: 8 } });
+    try {
+      const x = await small.encodeChat(CHAT, [{ role: 'user', content: 'x' }]);
+      const longPrompt = await small.encodeChat(CHAT, [{ role: 'user', content: 'a longer question than one step of eight tokens takes' }]);
+      expect(longPrompt.length).toBeGreaterThan(8);
+      const g = (tokens: number[], n: number) => small.generate(CHAT, { promptTokens: [...tokens], maxTokens: n, temperature: 0, topP: 1, stop: [] });
+      let longTokens = 0;
+      const long = (async () => {
+        for await (const ev of g(x, 200)) if (ev.type === 'delta') longTokens += ev.tokenIds.length;
+      })();
+      const short = collect(g(x, 3));
+      let startedAt: number | undefined;
+      const queued = (async () => {
+        for await (const ev of g(longPrompt, 3)) if (ev.type === 'delta' && startedAt === undefined) startedAt = longTokens;
+      })();
+      await Promise.all([short, queued]);
+      expect(startedAt).toBeLessThan(40);
+      await long;
+    } finally {
+      await small.close();
+    }
+  }, 30_000);
 });
 
 const HF = path.resolve(process.env.SHARED_MODELS_DIR ?? path.join(repo, '../shared/models'), 'tiny-random-llama-hf');
