@@ -324,6 +324,14 @@ export class Engine implements InferenceEngine {
   }
 
   async close(): Promise<void> {
-    await Promise.all([...this.models.values()].flatMap((m) => m.runners.map((r) => r.close())));
+    const runners = [...this.models.values()].flatMap((m) => m.runners);
+    // A GPU provider's sessions share one device (onnxruntime keeps one webgpu context a process):
+    // two workers releasing theirs at once ended the process inside onnxruntime (SIGSEGV in a
+    // session's release; webgpu.test.ts on lavapipe under load). So those close one at a time.
+    const onDevice = runners.filter((r) => r.arch.provider !== 'cpu');
+    const oneByOne = async () => {
+      for (const r of onDevice) await r.close();
+    };
+    await Promise.all([...runners.filter((r) => r.arch.provider === 'cpu').map((r) => r.close()), oneByOne()]);
   }
 }
