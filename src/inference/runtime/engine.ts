@@ -4,6 +4,7 @@ import path from 'node:path';
 import { log } from '../../log.js';
 import { branchFileOf, modelFileOf, parseModelConfig, type ModelDtype } from '../convert/model-config.js';
 import type { ChatMessage, GenerateEvent, GenerateRequest, InferenceEngine, ScoreRequest, ScoreResult, ServedModel } from '../engine-api.js';
+import { deviceLockCell } from './device-lock.js';
 import { engineMetrics } from './metrics.js';
 import { defaultEngineOptions, type EngineOptions } from './options.js';
 import { Runner, RunnerClosed } from './runner.js';
@@ -167,6 +168,10 @@ function extraSessions(cfg: EngineConfig, modelPath: string, threads: number, dt
   return { narrowSession: x.narrow, spinningSession: x.spinning, prefillSession: x.prefill, prefillNarrowSession: x.prefillNarrow };
 }
 
+/** Every engine of this process on a GPU provider shares the one device, so one lock (device-lock.ts). */
+let deviceLock: SharedArrayBuffer | undefined;
+const processDeviceLock = (): SharedArrayBuffer => (deviceLock ??= deviceLockCell());
+
 export class Engine implements InferenceEngine {
   private constructor(private readonly models: Map<string, Loaded>) {}
 
@@ -219,6 +224,7 @@ export class Engine implements InferenceEngine {
           kvSplit: cfg.kvSplit ?? true,
           kvOnDevice: cfg.kvOnDevice ?? true,
           webgpuValidationMode: cfg.webgpuValidationMode,
+          deviceLock: cfg.executionProvider === 'cpu' ? undefined : processDeviceLock(),
           modelBytes: modelBytes(modelPath),
           keptBytesMax: c.kind === 'chat' ? opts.chatPrefixCacheBytesMax : 0,
         };
@@ -324,14 +330,7 @@ export class Engine implements InferenceEngine {
   }
 
   async close(): Promise<void> {
-    const runners = [...this.models.values()].flatMap((m) => m.runners);
-    // A GPU provider's sessions share one device (onnxruntime keeps one webgpu context a process):
-    // two workers releasing theirs at once ended the process inside onnxruntime (SIGSEGV in a
-    // session's release; webgpu.test.ts on lavapipe under load). So those close one at a time.
-    const onDevice = runners.filter((r) => r.arch.provider !== 'cpu');
-    const oneByOne = async () => {
-      for (const r of onDevice) await r.close();
-    };
-    await Promise.all([...runners.filter((r) => r.arch.provider === 'cpu').map((r) => r.close()), oneByOne()]);
+    // GPU workers release their sessions holding the device lock (device-lock.ts), one at a time.
+    await Promise.all([...this.models.values()].flatMap((m) => m.runners.map((r) => r.close())));
   }
 }

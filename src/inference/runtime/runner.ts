@@ -5,6 +5,7 @@ import { Worker } from 'node:worker_threads';
 import { log } from '../../log.js';
 import { exitUnderway, holdExitFor } from '../../threads-at-exit.js';
 import type { TokenLogprob } from '../engine-api.js';
+import { releaseDeviceLockOf } from './device-lock.js';
 import { engineMetrics as M } from './metrics.js';
 import { WorkerPeers } from './peers.js';
 import { noPasses, type Arch, type InitMsg, type ModelPasses, type WorkerEvent, type WorkerCommand, type StepRow } from './protocol.js';
@@ -84,6 +85,10 @@ export class Runner {
     // A process on its way out starts no model worker: it could be cut inside its first session's creation.
     if (exitUnderway()) throw this.closed();
     const worker = new Worker(workerPath());
+    // A worker that ends holding the GPU device lock (a crash, an exit mid-step) must not leave the others waiting on it.
+    const [lockCell, holder] = [this.init.deviceLock, worker.threadId];
+    const freeDeviceLock = () => lockCell && releaseDeviceLockOf(lockCell, holder);
+    worker.once('exit', freeDeviceLock);
     // An exit that skips the shutdown waits for it to end itself at the end of its step in flight
     // or of its loading's current call (threads-at-exit.ts).
     holdExitFor(worker, () => worker.postMessage({ type: 'exit', code: 0 } satisfies WorkerCommand));
@@ -107,6 +112,7 @@ export class Runner {
       throw exitUnderway() ? this.closed() : e;
     });
     worker.removeAllListeners('error').removeAllListeners('exit');
+    worker.once('exit', freeDeviceLock);
     worker.on('message', (m: WorkerEvent) => this.onReply(m));
     worker.on('error', (e) => this.lost(worker, e));
     worker.on('exit', (code) => this.lost(worker, new Error(`exited with code ${code}`)));

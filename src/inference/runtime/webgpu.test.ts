@@ -100,6 +100,23 @@ describe.skipIf(!stories)('webgpu', () => {
     expect(await greedy('lenient' as WebgpuValidationMode)).toBeUndefined();
   }, 120_000);
 
+  it('runs a chat and an evaluation model at once on the one device, as each alone (a lock: together they ended the process)', async (ctx) => {
+    if (missing) return ctx.skip();
+    const e = await Engine.load({ modelsDir: dir, executionProvider: 'webgpu', strict: true, intraOpThreads: 1 });
+    try {
+      const chatAlone = await greedyTokens(e, 's/chat', 'Once upon a time');
+      const probsAlone = await evaluationProbabilities(e, 's/evaluation');
+      // Two workers, one webgpu context: before device-lock.ts, 4 of 4 such loops on lavapipe beside two busy cores died of SIGSEGV.
+      for (let i = 0; i < 10; i++) {
+        const [chat, probs] = await Promise.all([greedyTokens(e, 's/chat', 'Once upon a time'), evaluationProbabilities(e, 's/evaluation')]);
+        expect(chat).toEqual(chatAlone);
+        expect(largestChange(probs, probsAlone)).toBeLessThan(1e-4);
+      }
+    } finally {
+      await e.close();
+    }
+  }, 180_000);
+
   it('where no adapter opens, EXECUTION_PROVIDER=webgpu falls back to the CPU with the CPU\'s extra sessions, and strict leaves the model out', async (ctx) => {
     if (!missing) return ctx.skip();
     // strict: a model whose provider does not start is not served (the folder is skipped with an error in the log)

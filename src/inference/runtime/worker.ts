@@ -5,6 +5,7 @@ import { endsGeneration, noPasses, type ModelPasses, type WorkerEvent, type Work
 import { KvStore, kvBytesPerPosition, type Kv } from './kv.js';
 import { slotStepDone, slotStepFeeds, type KeptKv } from './kv-slots.js';
 import { KvPools } from './kv-pools.js';
+import { DeviceLock } from './device-lock.js';
 import { ResidentSlots, type ResidentLayoutOf } from './kv-resident.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
@@ -70,6 +71,8 @@ interface WorkerState extends LoadedModel {
   keptBytes: number;
   /** InitMsg.keptBytesMax. */
   keptBytesMax: number;
+  /** The process's GPU device lock (device-lock.ts), held for every use of the device; undefined on the CPU. */
+  device: DeviceLock | undefined;
 }
 // The model (LoadedModel) and store are set by init, the first message, before any other is handled.
 const w = {
@@ -93,6 +96,7 @@ const w = {
   kept: new Map(),
   keptBytes: 0,
   keptBytesMax: 0,
+  device: undefined,
 } as Partial<WorkerState> as WorkerState;
 
 async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void> {
@@ -347,7 +351,11 @@ function kvBytes(): number {
 }
 
 /** One forward pass over a batch; rows that all continue one prefix go to the branch graph. */
-async function step(rows: StepRow[]): Promise<Float32Array> {
+function step(rows: StepRow[]): Promise<Float32Array> {
+  return onDevice(() => stepHere(rows));
+}
+
+async function stepHere(rows: StepRow[]): Promise<Float32Array> {
   if (w.slots) return slotStep(rows);
   const shared = sharedRoot(rows);
   if (shared) return branchStep(rows, shared.root, shared.len);
@@ -870,6 +878,11 @@ async function warmUpLong(positionsMax: number): Promise<void> {
 
 // Model work runs one piece at a time, in arrival order; interrupts and
 // frees act at once (frees wait for the step in flight, see above).
+/** Runs `work` holding the GPU device lock where this worker has one (device-lock.ts); on the CPU, as it is. */
+function onDevice<T>(work: () => Promise<T>): Promise<T> {
+  return w.device ? w.device.hold(work) : work();
+}
+
 function serial(msg: WorkerCommand & { id: number }, work: () => Promise<void>): void {
   w.pending++;
   w.queue = w.queue.then(async () => {
@@ -921,7 +934,8 @@ let releaseTimer: NodeJS.Timeout | undefined;
 function releaseSlotsWhenIdle(): void {
   clearTimeout(releaseTimer);
   releaseTimer = setTimeout(() => {
-    if (w.slots?.release()) reportMemory();
+    const released = w.device ? w.device.holdNow(() => w.slots?.release()) : w.slots?.release();
+    if (released) reportMemory();
   }, KV_SLOTS_IDLE_RELEASE_MS).unref();
 }
 
@@ -955,9 +969,14 @@ async function onCommand(msg: WorkerCommand): Promise<void> {
   switch (msg.type) {
     case 'init':
       try {
-        await init(msg);
-        setInterval(reportMemory, WORKER_MEMORY_REPORT_MS).unref();
-        await warmUp(msg.positionsMax);
+        w.device = msg.deviceLock && new DeviceLock(msg.deviceLock);
+        await onDevice(async () => {
+          await init(msg);
+          setInterval(reportMemory, WORKER_MEMORY_REPORT_MS).unref();
+          await warmUp(msg.positionsMax);
+        });
+        // A model the GPU provider could not take runs on the CPU (worker-sessions.ts): no device to share.
+        if (w.arch.provider === 'cpu') w.device = undefined;
         port.postMessage({ type: 'ready', arch: w.arch } satisfies WorkerEvent);
       } catch (e) {
         port.postMessage({ type: 'init-error', message: (e as Error).message } satisfies WorkerEvent);
@@ -991,11 +1010,13 @@ async function onCommand(msg: WorkerCommand): Promise<void> {
       w.closeRequested = true;
       return serial(msg, async () => {
         try {
-          // The device cache first: a gpu-buffer released after its session is gone crashes some onnxruntime-node builds.
-          if (w.slots instanceof ResidentSlots) w.slots.dispose();
-          for (const s of new Set([w.session, ...Object.values(w.byKind ?? {}), w.resident?.step, w.resident?.grow])) await s?.release();
-          await w.branchSession?.release();
-          await w.branchPrefill?.release();
+          await onDevice(async () => {
+            // The device cache first: a gpu-buffer released after its session is gone crashes some onnxruntime-node builds.
+            if (w.slots instanceof ResidentSlots) w.slots.dispose();
+            for (const s of new Set([w.session, ...Object.values(w.byKind ?? {}), w.resident?.step, w.resident?.grow])) await s?.release();
+            await w.branchSession?.release();
+            await w.branchPrefill?.release();
+          });
         } finally {
           endThread(0);
         }
