@@ -1,6 +1,6 @@
 import { threadId } from 'node:worker_threads';
 
-// Model workers on a GPU provider share one device: onnxruntime keeps one webgpu context a
+// Model workers on webgpu share one device: onnxruntime keeps one webgpu context a
 // process, and two threads using it at once end the process. A chat and an evaluation model
 // stepping together on lavapipe crashed in two loaded runs of three (SIGSEGV inside onnxruntime);
 // two workers releasing their sessions together, in one run of four. So each worker holds this

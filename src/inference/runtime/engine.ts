@@ -168,7 +168,7 @@ function extraSessions(cfg: EngineConfig, modelPath: string, threads: number, dt
   return { narrowSession: x.narrow, spinningSession: x.spinning, prefillSession: x.prefill, prefillNarrowSession: x.prefillNarrow };
 }
 
-/** Every engine of this process on a GPU provider shares the one device, so one lock (device-lock.ts). */
+/** Every engine of this process on webgpu shares onnxruntime's one webgpu context, so one lock (device-lock.ts). */
 let deviceLock: SharedArrayBuffer | undefined;
 const processDeviceLock = (): SharedArrayBuffer => (deviceLock ??= deviceLockCell());
 
@@ -224,7 +224,8 @@ export class Engine implements InferenceEngine {
           kvSplit: cfg.kvSplit ?? true,
           kvOnDevice: cfg.kvOnDevice ?? true,
           webgpuValidationMode: cfg.webgpuValidationMode,
-          deviceLock: cfg.executionProvider === 'cpu' ? undefined : processDeviceLock(),
+          // webgpu only: onnxruntime's CUDA provider runs sessions from several threads by design.
+          deviceLock: cfg.executionProvider === 'webgpu' ? processDeviceLock() : undefined,
           modelBytes: modelBytes(modelPath),
           keptBytesMax: c.kind === 'chat' ? opts.chatPrefixCacheBytesMax : 0,
         };
@@ -330,7 +331,7 @@ export class Engine implements InferenceEngine {
   }
 
   async close(): Promise<void> {
-    // GPU workers release their sessions holding the device lock (device-lock.ts), one at a time.
+    // webgpu workers release their sessions holding the device lock (device-lock.ts), one at a time.
     await Promise.all([...this.models.values()].flatMap((m) => m.runners.map((r) => r.close())));
   }
 }

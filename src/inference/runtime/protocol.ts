@@ -46,7 +46,7 @@ export interface InitMsg {
   kvOnDevice: boolean;
   /** On webgpu, onnxruntime's validationMode for every session; undefined: its default. */
   webgpuValidationMode?: WebgpuValidationMode;
-  /** On a GPU provider, the process's device lock (device-lock.ts): one worker uses the device at a time. */
+  /** On webgpu, the process's device lock (device-lock.ts): one worker uses the device at a time. */
   deviceLock?: SharedArrayBuffer;
   /** The graph and its weights on disk: what a second run of a step reads again (kv-pools.ts). */
   modelBytes: number;

@@ -71,7 +71,7 @@ interface WorkerState extends LoadedModel {
   keptBytes: number;
   /** InitMsg.keptBytesMax. */
   keptBytesMax: number;
-  /** The process's GPU device lock (device-lock.ts), held for every use of the device; undefined on the CPU. */
+  /** The process's webgpu device lock (device-lock.ts), held for every use of the device; undefined elsewhere. */
   device: DeviceLock | undefined;
 }
 // The model (LoadedModel) and store are set by init, the first message, before any other is handled.
@@ -878,7 +878,7 @@ async function warmUpLong(positionsMax: number): Promise<void> {
 
 // Model work runs one piece at a time, in arrival order; interrupts and
 // frees act at once (frees wait for the step in flight, see above).
-/** Runs `work` holding the GPU device lock where this worker has one (device-lock.ts); on the CPU, as it is. */
+/** Runs `work` holding the webgpu device lock where this worker has one (device-lock.ts); elsewhere, as it is. */
 function onDevice<T>(work: () => Promise<T>): Promise<T> {
   return w.device ? w.device.hold(work) : work();
 }
