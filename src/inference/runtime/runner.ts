@@ -85,7 +85,7 @@ export class Runner {
     // A process on its way out starts no model worker: it could be cut inside its first session's creation.
     if (exitUnderway()) throw this.closed();
     const worker = new Worker(workerPath());
-    // A worker that ends holding the GPU device lock (a crash, an exit mid-step) must not leave the others waiting on it.
+    // A worker that ends holding the webgpu device lock (a crash, an exit mid-step) must not leave the others waiting on it.
     const [lockCell, holder] = [this.init.deviceLock, worker.threadId];
     const freeDeviceLock = () => lockCell && releaseDeviceLockOf(lockCell, holder);
     worker.once('exit', freeDeviceLock);

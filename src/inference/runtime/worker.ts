@@ -876,13 +876,13 @@ async function warmUpLong(positionsMax: number): Promise<void> {
   await w.choice!.measure(len, sessionsFor(len, 1, w.loaded), WARM_UP_LONG_RUNS_MAX, (k) => w.byKind[k]!.run(feeds), WARM_UP_LONG_MS_MAX);
 }
 
-// Model work runs one piece at a time, in arrival order; interrupts and
-// frees act at once (frees wait for the step in flight, see above).
 /** Runs `work` holding the webgpu device lock where this worker has one (device-lock.ts); elsewhere, as it is. */
 function onDevice<T>(work: () => Promise<T>): Promise<T> {
   return w.device ? w.device.hold(work) : work();
 }
 
+// Model work runs one piece at a time, in arrival order; interrupts and
+// frees act at once (frees wait for the step in flight, see above).
 function serial(msg: WorkerCommand & { id: number }, work: () => Promise<void>): void {
   w.pending++;
   w.queue = w.queue.then(async () => {
