@@ -195,7 +195,9 @@ describe('request log', () => {
     expect(bad.status).toBe(404);
     const lost = await call('platform', 'GET', '/api/v1/podz?x=1', { key: u.key, headers: { 'x-request-id': `${tag}-d` } });
     expect(lost.status).toBe(404);
-    const lines = await logLines(tag, 4);
+    const legacy = await call('inference', 'POST', '/v1/completions', { key: u.key, body: { model: 'cloudgate/random-llama-chat', prompt: ['hello there', 'hello again'], max_tokens: 3, temperature: 0 }, headers: { 'x-request-id': `${tag}-e`, 'x-prime-team-id': team.id } });
+    expect(legacy.status).toBe(200);
+    const lines = await logLines(tag, 5);
     const line = (s: string) => lines.find((l) => l.reqId === `${tag}-${s}`)!;
     expect(line('a')).toMatchObject({
       level: 'info', status: 200, model: 'cloudgate/random-llama-chat', stream: false, promptTokens: ok.body.usage.prompt_tokens,
@@ -210,6 +212,8 @@ describe('request log', () => {
     // The same user's same prompt again started from a's kept generation: all but its last token.
     expect(line('a').cachedTokens).toBeUndefined();
     expect(line('b').cachedTokens).toBe(ok.body.usage.prompt_tokens - 1);
+    // Legacy completions log their tokens too: every prompt's, summed as their usage is.
+    expect(line('e')).toMatchObject({ status: 200, promptTokens: legacy.body.usage.prompt_tokens, completionTokens: legacy.body.usage.completion_tokens });
     expect(line('c')).toMatchObject({ status: 404, errorType: 'not_found', errorCode: 'model_not_found', route: '/api/v1/chat/completions' });
     expect(line('c').path).toBeUndefined();
     // The path a 404 did not match (without its query: queries may carry what a log must not keep).

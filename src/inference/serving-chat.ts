@@ -57,6 +57,16 @@ export function samplingOf(
   };
 }
 
+/** Who may start from whose kept prompts (runtime/kept-prompts.ts): the request's user, unless llama.cpp's `cache_prompt: false` asks for none. */
+export function shareScopeOf(req: { cache_prompt?: boolean | null }, ctx: Ctx): { shareScope?: string } {
+  return req.cache_prompt === false ? {} : { shareScope: ctx.principal.userId };
+}
+
+/** A generating request's tokens on its access log line (cached ones where some were). */
+export function noteUsage(ctx: Ctx, u: TokenUsage): void {
+  ctx.note({ promptTokens: u.inputTokens, completionTokens: u.outputTokens, ...(u.cachedInputTokens ? { cachedTokens: u.cachedInputTokens } : {}) });
+}
+
 export async function serveChat(ctx: Ctx, engine: InferenceEngine, policies: Policies, screen: BodyScreen): Promise<Reply | undefined> {
   const body = await screen.json(ctx, 'chat');
   await takeTurn(); // parsing, tokenising and admission: one request a turn (http/turns.ts)
@@ -88,10 +98,10 @@ export async function serveChat(ctx: Ctx, engine: InferenceEngine, policies: Pol
       ...(grammar ? { grammar } : {}),
       stop,
       signal: ctx.signal,
-      ...(req.cache_prompt === false ? {} : { shareScope: ctx.principal.userId }),
+      ...shareScopeOf(req, ctx),
       // The engine reports what was really run, cancelled requests included: that is what is billed.
       onEnd: (u) => {
-        ctx.note({ promptTokens: u.inputTokens, completionTokens: u.outputTokens, ...(u.cachedInputTokens ? { cachedTokens: u.cachedInputTokens } : {}) });
+        noteUsage(ctx, u);
         admission.settle(u);
       },
     });

@@ -7,7 +7,7 @@ import { parse } from '../http/validate.js';
 import type { GenerateEvent, InferenceEngine, ServedModel, TokenLogprob, TokenUsage } from './engine-api.js';
 import type { Policies } from './policy-api.js';
 import { COMPLETION_MAX_TOKENS_DEFAULT, CompletionRequest, openAiUsage, type Completion, type FinishReason, type LegacyLogprobs, type Usage } from './protocol.js';
-import { samplingOf } from './serving-chat.js';
+import { noteUsage, samplingOf, shareScopeOf } from './serving-chat.js';
 import { checkChars, checkContext, resolveModel } from './serving-checks.js';
 import type { BodyScreen } from './screen.js';
 import { SseStream } from './sse.js';
@@ -84,7 +84,9 @@ export async function serveCompletion(ctx: Ctx, engine: InferenceEngine, policie
     total.inputTokens += u.inputTokens;
     total.outputTokens += u.outputTokens;
     if (u.cachedInputTokens) total.cachedInputTokens = (total.cachedInputTokens ?? 0) + u.cachedInputTokens;
-    if (--left === 0) admission.settle(total);
+    if (--left > 0) return;
+    noteUsage(ctx, total);
+    admission.settle(total);
   };
   const gens: AsyncGenerator<GenerateEvent>[] = [];
   try {
@@ -100,7 +102,7 @@ export async function serveCompletion(ctx: Ctx, engine: InferenceEngine, policie
           ...(req.logprobs != null ? { topLogprobs: req.logprobs } : {}),
           stop,
           signal: ctx.signal,
-          ...(req.cache_prompt === false ? {} : { shareScope: ctx.principal.userId }),
+          ...shareScopeOf(req, ctx),
           onEnd: ended,
         }),
       );
