@@ -11,8 +11,9 @@ import { benchArgs, chatBenchEnv, daemonProbe, machine, ownSummary, pairSummary,
 //   [--streams 1] [--rounds 20] [--seconds 2] [--tokens 64] [--ttft first-token] [--system-words N] [--long-prompt-words N[,N2...] --long-tokens M --long-streams K]
 //   [--first-streams N]
 // --first-streams N: each daemon streams at N clients for a few seconds before the pairs. More
-// clients than batch slots (64) need it: a fresh daemon has seen no request end, so it refuses
-// what would queue beyond its free slots (docs/faults.md "Overload").
+// clients than batch slots (64) want it: a fresh daemon has seen no request end and judges a
+// queue past its free slots by its warm-up's one-row pace, which is cautious, and may refuse
+// some of it (docs/faults.md "Overload").
 // --long-prompt-words: K streams more (default 1), whose prompt is a story of N words (stream i the i-th
 // of several lengths, in turn) and which generate M tokens (default 256) each request: long
 // conversations beside the short ones (KV_SPLIT_LONG_ROWS).

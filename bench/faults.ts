@@ -4,6 +4,8 @@
 //   node dist/bench/faults.js oversized   /healthz latency while 16 MiB / 4 MiB bodies are refused
 //   node dist/bench/faults.js stall       /readyz and platform latency with PostgreSQL stopped (SIGSTOP)
 //   node dist/bench/faults.js flood       admitted-request wait and refusal latency under a flood
+//   node dist/bench/faults.js burst [DIR:MODEL]  a burst past the free slots into a fresh model and
+//                                         into one idle long enough to have no rate of endings
 //   node dist/bench/faults.js kill [n]    n kill -9 cycles under chat load: charges lost per kill
 //   node dist/bench/faults.js dbdown      SIGTERM with the database dead: time, exit code, charges kept
 //   node dist/bench/faults.js idle        how long an idle / half-sent connection is held
@@ -223,6 +225,58 @@ const runs: Record<string, (arg?: string) => Promise<void>> = {
       console.log(`admitted ${waits.length}: wait to first token p50 ${ms(pct(waits, 50))}  p99 ${ms(pct(waits, 99))}  max ${ms(Math.max(...waits))}`);
       console.log(`refused ${refusals.length} (${[...codes].map(([c, n]) => `${n} ${c}`).join(', ')}): p50 ${ms(pct(refusals, 50))}  p99 ${ms(pct(refusals, 99))}  max ${ms(Math.max(...refusals))}; after the opening burst p50 ${ms(pct(later, 50))}  p99 ${ms(pct(later, 99))}`);
     });
+  },
+
+  async burst(arg) {
+    // A fresh daemon (or one idle for a while: no rate of endings to go by) sent many more
+    // streams at once than it has batch slots, each client once: how many are let in, and how
+    // long those wait for their first token against ADMISSION_WAIT_MS_MAX (10 s).
+    const [dir, model] = arg ? [arg.slice(0, arg.lastIndexOf(':')), arg.slice(arg.lastIndexOf(':') + 1)] : [undefined, CHAT];
+    const d = await startDaemon(dir ? { MODELS_DIR: dir, RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0' } : {});
+    try {
+      const { key } = await user(d, 1_000_000_000);
+      const CLIENTS = 192; // three batches' worth at the default 64 slots
+      const MAX_TOKENS = 64;
+      // Long enough that the ~200 endings of a burst (decayed over 10 s) fall under the 4 a rate needs.
+      const IDLE_S = 50;
+      const burst = async (label: string) => {
+        const waits: number[] = [];
+        const codes = new Map<string, number>();
+        const t0 = performance.now();
+        await Promise.all(
+          Array.from({ length: CLIENTS }, async (_, i) => {
+            const r = await fetch(`${d.inferenceUrl}/v1/chat/completions`, {
+              method: 'POST',
+              headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+              body: JSON.stringify({ model, messages: [{ role: 'user', content: `Once upon a time ${i}` }], max_tokens: MAX_TOKENS, temperature: 0, stream: true, logit_bias: { '2': -100 } }),
+            });
+            if (r.status !== 200) {
+              const code = ((await r.json()) as { error?: { code?: string } }).error?.code ?? String(r.status);
+              codes.set(code, (codes.get(code) ?? 0) + 1);
+              return;
+            }
+            const reader = r.body!.getReader();
+            const dec = new TextDecoder();
+            let first = true;
+            for (;;) {
+              const { value, done } = await reader.read();
+              if (done) break;
+              if (first && /"content":"[^"]/.test(dec.decode(value))) {
+                waits.push(performance.now() - t0);
+                first = false;
+              }
+            }
+          }),
+        );
+        const all = (performance.now() - t0) / 1000;
+        console.log(`${label}: ${CLIENTS} streams of ${MAX_TOKENS} tokens at once: admitted ${waits.length}, refused ${CLIENTS - waits.length} (${[...codes].map(([c, n]) => `${n} ${c}`).join(', ') || 'none'}); first token p50 ${ms(pct(waits, 50))}  p99 ${ms(pct(waits, 99))}  max ${ms(Math.max(...waits))}; all done in ${all.toFixed(1)} s`);
+      };
+      await burst(`fresh (${model})`);
+      await sleep(IDLE_S * 1000);
+      await burst(`after ${IDLE_S} s idle`);
+    } finally {
+      await stopDaemon(d);
+    }
   },
 
   async kill(arg) {

@@ -608,6 +608,44 @@ describe('engine queue', () => {
     }
   }, 30_000);
 
+  it('queues a burst past the free slots of a fresh engine where the work ahead at face value starts it within the bound', async () => {
+    // No request has ended yet, so there is no rate of endings: every request past the free slots was refused ('busy', no start could be promised).
+    const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { batchSizeMax: 2 } });
+    try {
+      const x = await small.encodeChat(CHAT, [{ role: 'user', content: 'x' }]);
+      const g = () => small.generate(CHAT, { promptTokens: [...x], maxTokens: 3, temperature: 0, topP: 1, stop: [] });
+      // Six at once, synchronously: two take the slots, four queue on the warm-up's pace.
+      const burst = Array.from({ length: 6 }, g);
+      const done = await Promise.all(burst.map(collect));
+      expect(done.map((d) => d.done.usage.outputTokens)).toEqual([3, 3, 3, 3, 3, 3]);
+    } finally {
+      await small.close();
+    }
+  }, 30_000);
+
+  it('refuses at face value a request that would not start within the bound, with the wait it would have had', async () => {
+    const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { batchSizeMax: 1, admissionWaitMsMax: 1 } });
+    try {
+      const x = await small.encodeChat(CHAT, [{ role: 'user', content: 'x' }]);
+      const g = (n: number) => small.generate(CHAT, { promptTokens: [...x], maxTokens: n, temperature: 0, topP: 1, stop: [] });
+      const long = collect(g(200));
+      let err: EngineRefused | undefined;
+      try {
+        g(2);
+      } catch (e) {
+        err = e as EngineRefused;
+      }
+      // 200 tokens ahead take more than 1 ms at any step time: refused, and told how long it would have waited.
+      expect(err).toBeInstanceOf(EngineRefused);
+      expect(err?.reason).toBe('busy');
+      expect(err?.message).toMatch(/would wait about \d+ s to start/);
+      expect(err?.retryAfterMs).toBeGreaterThan(0);
+      expect((await long).done.usage.outputTokens).toBe(200);
+    } finally {
+      await small.close();
+    }
+  }, 30_000);
+
   it('gives a slot freed in a decode run to the queue\'s head at once, first come first served', async () => {
     const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { batchSizeMax: 2, admissionWaitMsMax: Infinity } });
     try {

@@ -7,9 +7,9 @@ export interface EngineOptions {
   queueDepthMax: number;
   /**
    * A request is admitted only if it would start within this long, estimated from
-   * the work ahead of it (prompt tokens and max_tokens of every request running or
-   * waiting) over the model's measured tokens per second; others get 429 with the
-   * Retry-After the queue implies. 10 s: well inside an SDK's default timeout.
+   * how fast batch slots have been freeing up or, with too few requests ended lately
+   * to tell, from the work ahead of it at face value (throughput.ts); others get 429
+   * with the Retry-After the queue implies. 10 s: well inside an SDK's default timeout.
    */
   admissionWaitMsMax: number;
   /** Token positions (rows x padded length) in one prefill step, so a long prompt never stalls running streams for more than a step. */

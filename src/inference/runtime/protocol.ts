@@ -94,6 +94,17 @@ export interface Arch {
   keepsGenerations: boolean;
 }
 
+/** The worker's warm-up, timed: a one-row decode step and a short prompt's step (throughput.ts StepPace seeds from it). */
+export interface WarmPace {
+  decodeStepMs: number;
+  /** The decode steps' mean position. */
+  decodePosition: number;
+  promptTokens: number;
+  promptMs: number;
+  /** A few decode steps of a batch of rows, each at `position`. */
+  batch?: { rows: number; stepMs: number; position: number };
+}
+
 /**
  * The one rule for where a generation ends by itself: an end-of-text token, or `budget`
  * (max_tokens) tokens made. The worker stops sampling by it, and the scheduler, reading
@@ -160,7 +171,7 @@ export type WorkerCommand =
   | { type: 'exit'; code: number };
 
 export type WorkerEvent =
-  | { type: 'ready'; arch: Arch }
+  | { type: 'ready'; arch: Arch; pace?: WarmPace }
   /** The model could not be loaded: the worker is of no use. */
   | { type: 'init-error'; message: string }
   /** Loaded, but not as asked (a GPU provider fell back to CPU, the branch graph was left out): for the log. */

@@ -8,7 +8,7 @@ import type { TokenLogprob } from '../engine-api.js';
 import { releaseDeviceLockOf } from './device-lock.js';
 import { engineMetrics as M } from './metrics.js';
 import { WorkerPeers } from './peers.js';
-import { noPasses, type Arch, type InitMsg, type ModelPasses, type WorkerEvent, type WorkerCommand, type StepRow } from './protocol.js';
+import { noPasses, type Arch, type InitMsg, type ModelPasses, type WorkerEvent, type WorkerCommand, type StepRow, type WarmPace } from './protocol.js';
 
 /** A prompt step's answer: every row's last-position logits; sampled rows' tokens (-1 for the others) and logprobs when asked. */
 export interface StepResult {
@@ -20,8 +20,11 @@ export interface StepResult {
   /** Rows (sequences) that were to start from a kept generation and ran its tokens instead (protocol.ts StepRow.from). */
   missed?: number[];
 }
-/** One decode-run step: the token (and, when asked, logprob) of each sequence that ran; `madeAt`: when the worker sampled them, on this thread's performance.now() clock. */
-export type OnTokens = (seqs: number[], tokens: Int32Array, logprobs: Array<TokenLogprob | null> | undefined, madeAt: number) => void;
+/**
+ * One decode-run step: the token (and, when asked, logprob) of each sequence that ran; `madeAt`: when the worker sampled them, on this thread's
+ * performance.now() clock; `stepMs`: the step's own time in the worker.
+ */
+export type OnTokens = (seqs: number[], tokens: Int32Array, logprobs: Array<TokenLogprob | null> | undefined, madeAt: number, stepMs: number) => void;
 
 /** The model's worker died (an uncaught error, an exit): what it held is gone. */
 export class WorkerLost extends Error {}
@@ -49,6 +52,8 @@ export class Runner {
   private readonly pending = new Map<number, { ok: (r: WorkerEvent) => void; fail: (e: Error) => void }>();
   private readonly onTokens = new Map<number, OnTokens>();
   arch!: Arch;
+  /** The first worker's warm-up, timed (absent where it ran none): admission's pace until the model's own steps are measured. */
+  warmPace: WarmPace | undefined;
   kvBytes = 0;
   /** Set by the scheduler: every sequence the dead worker held must end as failed. */
   onLost: ((e: WorkerLost) => void) | undefined;
@@ -97,6 +102,7 @@ export class Runner {
       const onMsg = (m: WorkerEvent) => {
         if (m.type === 'ready') {
           worker.off('message', onMsg);
+          this.warmPace ??= m.pace;
           resolve(m.arch);
         } else if (m.type === 'warning') log.warn({ model: init.modelPath }, m.message);
         else if (m.type === 'init-error') reject(new Error(m.message));
@@ -170,7 +176,7 @@ export class Runner {
     if (!('id' in m)) return;
     if (m.type === 'tokens') {
       const on = this.onTokens.get(m.id);
-      for (const st of m.steps) on?.(st.seqs, st.tokens, st.logprobs, st.madeAt - performance.timeOrigin);
+      for (const st of m.steps) on?.(st.seqs, st.tokens, st.logprobs, st.madeAt - performance.timeOrigin, st.stepMs);
       return;
     }
     const p = this.pending.get(m.id);

@@ -5,7 +5,7 @@ import { engineMetrics as M, kvCacheUsage } from './metrics.js';
 import { inStepBudget, type EngineOptions } from './options.js';
 import { endsGeneration, type SamplerSpec } from './protocol.js';
 import { RunnerClosed, WorkerLost, type Runner } from './runner.js';
-import { CompletionRate } from './throughput.js';
+import { CompletionRate, slotWaitMs, StepPace } from './throughput.js';
 import { logSoftmax } from './sampler.js';
 import { Generation } from './output.js';
 import type { ModelText } from './text.js';
@@ -105,6 +105,8 @@ export class Scheduler {
   private readonly joinsToSend: Seq[] = [];
   private readonly vocab: number;
   private readonly completions = new CompletionRate();
+  /** Its step times (seeded by the worker's warm-up): the wait at face value (faceValueWaitMs). */
+  private readonly pace = new StepPace();
   /** Finished generations kept for later prompts of their user (opts.chatPrefixCacheBytesMax); none where the worker keeps none. */
   private readonly keptPrompts: KeptPrompts | undefined;
   /** Running generations of each user that a prompt may start from (startFromKept), until released. */
@@ -120,6 +122,7 @@ export class Scheduler {
     private readonly contextLength: number,
   ) {
     this.vocab = runner.arch.vocab;
+    if (runner.warmPace) this.pace.seed(runner.warmPace);
     runner.onLost = (e) => this.workerLost(e);
     if (opts.chatPrefixCacheBytesMax > 0 && runner.arch.keepsGenerations) {
       this.keptPrompts = new KeptPrompts(opts.chatPrefixCacheBytesMax, kvBytesPerPosition(runner.arch), (seqs) => this.toRelease('free', seqs));
@@ -160,14 +163,41 @@ export class Scheduler {
   /**
    * How long a request arriving now would wait for a batch slot: nothing while the
    * requests waiting do not fill the free slots, else its place in the queue over
-   * the rate slots have been freeing up lately. Infinite while too few requests end
-   * to tell (just started, or every slot held by long streams): no start can be promised.
+   * the rate slots have been freeing up lately; while too few requests have ended
+   * lately for that rate to tell (a fresh or long-idle model, or every slot held by
+   * long streams), the work ahead at face value.
    */
   estimatedWaitMs(): number {
     const ahead = this.waiting.length - (this.opts.batchSizeMax - this.slotsUsed());
     if (ahead < 0) return 0;
     const rate = this.completions.perSecond();
-    return rate === undefined ? Infinity : ((ahead + 1) * 1000) / rate;
+    return rate === undefined ? this.faceValueWaitMs() : ((ahead + 1) * 1000) / rate;
+  }
+
+  /**
+   * The wait for a slot if every request running or waiting holds its slot until it has made its
+   * max_tokens, the most it may (one that ends early only shortens the wait), at the measured
+   * step time (StepPace) of a full batch whose rows sit at the requests' mean position over their
+   * lives, and its prompt at the measured time a prompt token, which holds up every slot (the
+   * worker runs prompts between decode steps). Before, with no rate there was no
+   * promise at all: a burst beyond the free slots into a fresh or long-idle model was refused
+   * whole, 429 to every request past the 64th. Infinite while no step was timed (a model with no
+   * warm-up, before its first steps).
+   */
+  private faceValueWaitMs(): number {
+    const holding = [...this.active].filter((s) => (s.gen && !s.gen.finished) || s.prefixOf);
+    let positions = 0;
+    for (const s of holding) positions += s.promptLen + (s.gen ? s.gen.req.maxTokens / 2 : 0);
+    for (const s of this.waiting) positions += s.promptLen + (s.gen ? s.gen.req.maxTokens / 2 : 0);
+    const stepMs = this.pace.decodeStepMs(this.opts.batchSizeMax, positions / Math.max(1, holding.length + this.waiting.length));
+    const tokenMs = this.pace.promptTokenMs();
+    if (stepMs === undefined || tokenMs === undefined) return Infinity;
+    // A generation's prompt until its first token, then a step a token; an evaluation's prefix, then about a step.
+    const promptMs = (s: Seq) => (s.gen && s.gen.produced > 0 ? 0 : s.pending.length) * tokenMs;
+    const decodeMs = (s: Seq) => (s.gen ? s.gen.req.maxTokens - s.gen.produced : 1) * stepMs;
+    // The worker runs prompts between decode steps: those of the held slots hold up every slot.
+    const heldPromptsMs = holding.reduce((t, s) => t + promptMs(s), 0);
+    return slotWaitMs(this.opts.batchSizeMax, holding.map((s) => heldPromptsMs + decodeMs(s)), this.waiting.map((s) => ({ promptMs: promptMs(s), decodeMs: decodeMs(s) })));
   }
 
   /** Requests this scheduler holds, running and waiting: how replicas.ts's pickReplica weighs it. */
@@ -734,8 +764,10 @@ export class Scheduler {
     }
     M.batchSize.observe({ model: this.modelId, phase: 'prefill' }, rows.length);
     let answer;
+    const t0 = performance.now();
     try {
       answer = await this.runner.step(rows.map((r) => this.row(r.seq, r.n)));
+      this.pace.prompt(rows.reduce((n, r) => n + r.n, 0), performance.now() - t0);
     } catch (e) {
       this.startedFromKept(rows.map((r) => r.seq), rows.map((r) => r.seq.id));
       throw e;
@@ -825,14 +857,16 @@ export class Scheduler {
         s.joinedRun = runId;
       });
     try {
-      const run = this.runner.decode(rows.map((s) => s.id), this.opts.decodeRunStepsMax, (seqs, tokens, logprobs, madeAt) => {
+      const run = this.runner.decode(rows.map((s) => s.id), this.opts.decodeRunStepsMax, (seqs, tokens, logprobs, madeAt, stepMs) => {
         steps++;
         M.batchSize.observe({ model: this.modelId, phase: 'decode' }, seqs.length);
         const drop: Seq[] = [];
+        let positions = 0;
         for (let b = 0; b < seqs.length; b++) {
           const s = byId.get(seqs[b]!);
           if (!s || dropped.has(s.id)) continue;
           const g = s.gen!;
+          positions += s.promptLen + g.produced;
           if (!s.cancelled && !g.finished) {
             s.pending = [];
             this.accept(s, tokens[b]!, logprobs?.[b], madeAt);
@@ -843,6 +877,7 @@ export class Scheduler {
             drop.push(s);
           }
         }
+        this.pace.decode(seqs.length, positions, stepMs);
         for (const s of drop) this.release(s);
         if (this.waiting.length) this.fillFreedSlots();
         if (rows.some((s) => !dropped.has(s.id) && !s.gen!.finished && this.paused(s))) interrupt();

@@ -1,39 +1,12 @@
 // How fast a model runs while it has work, so that admission can say how long a
 // new request would wait (issue 12.6: admission used to count requests, and admitted
-// requests waited 53-60 s while their clients gave up).
+// requests waited 53-60 s while their clients gave up). Two measures: how often slots
+// have been freeing up (CompletionRate), and, while too few requests have ended lately
+// for that to tell (a fresh or long-idle model, or every slot held by long streams), the
+// work ahead at face value (StepPace, slotWaitMs): every request running or waiting
+// makes its max_tokens at the measured step time.
 
-/** The average forgets a step's rate over this much busy time: a few seconds of load. */
-const RATE_WINDOW_MS = 2_000;
-
-/**
- * Tokens run per second of busy time (prompt and generated together): decayed sums of
- * tokens and of time, so that each step counts by its length (a 1 ms prefill of 15
- * tokens must not set the rate for the decode steps after it).
- */
-export class Throughput {
-  private tokensSum = 0;
-  private msSum = 0;
-  private tokens = 0;
-
-  /** Tokens run since the last step was timed. */
-  note(n: number): void {
-    this.tokens += n;
-  }
-
-  /** A step (or decode run) took `ms` of busy time; the tokens noted since belong to it. */
-  step(ms: number): void {
-    if (ms <= 0) return;
-    const keep = Math.exp(-ms / RATE_WINDOW_MS);
-    this.tokensSum = this.tokensSum * keep + this.tokens;
-    this.msSum = this.msSum * keep + ms;
-    this.tokens = 0;
-  }
-
-  /** 0 until a step was measured. */
-  get rate(): number {
-    return this.msSum > 0 ? (this.tokensSum * 1000) / this.msSum : 0;
-  }
-}
+import type { WarmPace } from './protocol.js';
 
 /** Completions are counted over about this much recent time: several request lengths. */
 const COMPLETION_WINDOW_MS = 10_000;
@@ -71,4 +44,110 @@ export class CompletionRate {
     this.advance(now);
     return this.count >= COMPLETIONS_MEASURED_MIN && this.ms > 0 ? (this.count * 1000) / this.ms : undefined;
   }
+}
+
+/** Batch sizes in buckets of powers of two (1, 2, 3-4, 5-8, ...): what a row costs changes with the batch size, little within a bucket. */
+const bucketOf = (rows: number): number => Math.ceil(Math.log2(Math.max(1, rows)));
+/**
+ * How much a new step weighs in its bucket's measure: the last ~20 steps, a fraction of a
+ * second at a full batch, so the pace follows what the model now runs.
+ */
+const PACE_STEP_WEIGHT = 0.05;
+
+/**
+ * What a row of a decode step costs besides reading its cache, in positions of cache: a row's
+ * share of the products and the rest of the step. At 64 rows of m25 int4 a step took 20.9 ms
+ * with its rows at position 36 on average and 48.4 ms at 420 (one run, this machine): a row's
+ * cost is about proportional to its position plus ~270, so a step's time is taken as
+ * proportional to the rows' positions plus this each. A larger model's rows cost more besides
+ * their cache (m110 int4's 64-row step took 43-52 ms at positions 36 to 83), so for it this
+ * overstates what longer rows add, which only makes admission refuse sooner.
+ */
+const ROW_BASE_POSITIONS = 256;
+
+/**
+ * A model's step times, kept while it idles (its speed does not change then): a decode step's
+ * time a unit of work (a row-position, ROW_BASE_POSITIONS more a row) by batch size, and a
+ * prompt token's. Seeded at load by the worker's warm-up (WarmPace: one row, a batch of rows,
+ * a short prompt), then by the steps the model runs.
+ */
+export class StepPace {
+  /** By batch bucket: ms a unit of work (decode). */
+  private readonly unitMs = new Map<number, number>();
+  private tokenMs: number | undefined;
+
+  /** A decode step of `rows` rows whose positions sum to `positions` took `ms` (in the worker, the step alone). */
+  decode(rows: number, positions: number, ms: number): void {
+    if (!(rows > 0 && positions >= 0 && ms > 0)) return;
+    const b = bucketOf(rows);
+    const unit = ms / (positions + rows * ROW_BASE_POSITIONS);
+    const was = this.unitMs.get(b);
+    this.unitMs.set(b, was === undefined ? unit : was + PACE_STEP_WEIGHT * (unit - was));
+  }
+
+  /** A prompt step of `tokens` tokens took `ms`. */
+  prompt(tokens: number, ms: number): void {
+    if (!(tokens > 0 && ms > 0)) return;
+    const was = this.tokenMs;
+    this.tokenMs = was === undefined ? ms / tokens : was + PACE_STEP_WEIGHT * (ms / tokens - was);
+  }
+
+  /**
+   * What a decode step of `rows` rows at mean position `position` takes: at its bucket's time a
+   * unit; else the nearest smaller bucket's (a row costs less in a larger batch, so this says
+   * more, never less); else the nearest larger bucket's as a step of that many rows (fewer rows
+   * take no longer). Undefined while no decode step was measured.
+   */
+  decodeStepMs(rows: number, position: number): number | undefined {
+    const b = bucketOf(rows);
+    let below: number | undefined;
+    let above: number | undefined;
+    for (const k of this.unitMs.keys()) {
+      if (k <= b && (below === undefined || k > below)) below = k;
+      if (k > b && (above === undefined || k < above)) above = k;
+    }
+    const at = below ?? above;
+    if (at === undefined) return undefined;
+    return this.unitMs.get(at)! * (below === undefined ? 2 ** above! : rows) * (position + ROW_BASE_POSITIONS);
+  }
+
+  /** Seeds it with the worker's warm-up, before any step of the model's own was measured. */
+  seed(warm: WarmPace): void {
+    this.decode(1, warm.decodePosition, warm.decodeStepMs);
+    if (warm.batch) this.decode(warm.batch.rows, warm.batch.rows * warm.batch.position, warm.batch.stepMs);
+    this.prompt(warm.promptTokens, warm.promptMs);
+  }
+
+  /** What a prompt token takes: as measured, else undefined. */
+  promptTokenMs(): number | undefined {
+    return this.tokenMs;
+  }
+}
+
+/** A request waiting for a batch slot, as slotWaitMs counts it. */
+export interface QueuedWork {
+  /** Its prompt's time: the worker runs prompts between decode steps, so it holds up every slot. */
+  promptMs: number;
+  /** Its decode steps' time once it has a slot. */
+  decodeMs: number;
+}
+
+/**
+ * When a request that queues behind `waiting` would get a batch slot, in ms from now: `holding`
+ * says when each held slot frees, `waiting` what each request ahead (in queue order) does once it
+ * has a slot, and the slots not held are free now. First come, first served: each slot that frees
+ * goes to the queue's head, whose prompt then delays every slot.
+ */
+export function slotWaitMs(slots: number, holding: readonly number[], waiting: readonly QueuedWork[]): number {
+  // When each slot is next free, ascending: the earliest is taken, and given back later.
+  const free = [...Array<number>(Math.max(0, slots - holding.length)).fill(0), ...holding].sort((a, b) => a - b);
+  if (free.length === 0) return Infinity;
+  for (const w of waiting) {
+    const t = free.shift()! + w.promptMs;
+    for (let i = 0; i < free.length; i++) free[i] = free[i]! + w.promptMs;
+    let i = 0;
+    while (i < free.length && free[i]! <= t + w.decodeMs) i++;
+    free.splice(i, 0, t + w.decodeMs);
+  }
+  return free[0]!;
 }

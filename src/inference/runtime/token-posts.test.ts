@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { TokenPosts, type StepTokens } from './token-posts.js';
 
-const step = (tok: number): StepTokens => ({ seqs: [1], tokens: Int32Array.of(tok), madeAt: 0 });
+const step = (tok: number): StepTokens => ({ seqs: [1], tokens: Int32Array.of(tok), madeAt: 0, stepMs: 1 });
 
 describe('TokenPosts', () => {
   function setup(intervalMs = 3) {

@@ -31,6 +31,8 @@ export interface StepTokens {
    * made, not to when its post arrived.
    */
   madeAt: number;
+  /** The step's own time, its sampling included, not the joins run before it: the model's pace (throughput.ts StepPace). */
+  stepMs: number;
 }
 
 /** Now on the clock of StepTokens.madeAt. */

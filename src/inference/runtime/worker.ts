@@ -1,7 +1,7 @@
 import v8 from 'node:v8';
 import { parentPort, receiveMessageOnPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
-import { endsGeneration, noPasses, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow } from './protocol.js';
+import { endsGeneration, noPasses, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow, type WarmPace } from './protocol.js';
 import { KvStore, kvBytesPerPosition, type Kv } from './kv.js';
 import { slotStepDone, slotStepFeeds, type KeptKv } from './kv-slots.js';
 import { KvPools } from './kv-pools.js';
@@ -697,6 +697,7 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
     for (let steps = 0; (steps === 0 || w.interruptedRun !== id) && !w.closeRequested && steps < stepsMax; steps++) {
       if (joins.length) for (const seq of await runJoins()) if (alive(seq) && !live.includes(seq)) live.push(seq);
       if (!live.length) break;
+      const t0 = performance.now();
       const logits = await step(live.map((seq) => ({ seq, tokens: [samplers.get(seq)!.next] })));
       const V = logits.length / live.length;
       const tokens = Int32Array.from(live, (seq, b) => draw(samplers.get(seq)!, logits, b, V));
@@ -707,7 +708,7 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
         return sm.ended || sm.made <= TOKENS_POSTED_AT_ONCE;
       });
       // A copy: a held step must not see the joins later pushed onto `live`.
-      posts.add({ seqs: live.slice(), tokens, logprobs: logprobsOf(live), madeAt: sharedNow() }, urgent);
+      posts.add({ seqs: live.slice(), tokens, logprobs: logprobsOf(live), madeAt: sharedNow(), stepMs: performance.now() - t0 }, urgent);
       readCommandsNow();
       applyDeferred();
       // A slot of a generation that ended here (end of text, max_tokens) is freed now, not when
@@ -794,6 +795,19 @@ function free(seqs: number[]): void {
 
 /** Decode steps of the warm-up: enough for the session choice's measuring bursts of every session at batch 1 (3 sessions x 2 bursts of 3). */
 const WARM_UP_DECODE_STEPS = 24;
+/**
+ * ... of which the last this many are timed for admission (WarmPace): past the choice's measuring,
+ * on the session chosen. A model with one session runs only these (a few ms for m25 int4).
+ */
+const WARM_UP_TIMED_STEPS = 8;
+/**
+ * Rows of the warm-up's timed batch (WarmPace.batch): a row costs much less in a batch than
+ * alone (the weights are read once a step), so a pace taken at one row alone made admission
+ * refuse a fresh model's queue that a full batch would start in time. 16: a step's time a row
+ * near a full batch's (m110 int4: 0.024 ms a row-position at 16 rows, 0.014 at 64, 0.096 at
+ * one), at ~0.1-0.3 s more at load.
+ */
+const WARM_UP_BATCH_ROWS = 16;
 /** The warm-up's prompt, in tokens: a short chat prompt's size (the benchmarks' is 20). */
 const WARM_UP_PROMPT_TOKENS = 20;
 /**
@@ -810,16 +824,20 @@ const WARM_UP_PROMPT_RUNS_MAX = 40;
  * choice's measuring. Only a model with several sessions gains enough to be worth its start time:
  * a slot-cache one warms its decoding (tens of milliseconds), one with a prefill session its long
  * steps (warmUpLong: ~1.4 s more at load for m25 int4, ~2.2 s since the warm-up also measures the
- * sessions for a short prompt and a long one); its pass counts start from zero after it.
+ * sessions for a short prompt and a long one); its pass counts start from zero after it. Every
+ * slot-cache model on the host times its short prompt and a few decode steps: admission's pace
+ * until its own steps are measured (throughput.ts StepPace).
  */
-async function warmUp(positionsMax: number): Promise<void> {
-  if (!w.choice || w.arch.vocab < 1) return;
+async function warmUp(positionsMax: number): Promise<WarmPace | undefined> {
+  if (w.arch.vocab < 1) return undefined;
   try {
-    if (w.slots instanceof KvPools) await warmUpDecoding(positionsMax);
-    if (w.loaded.prefill) await warmUpLong(positionsMax);
+    const pace = w.slots instanceof KvPools ? await warmUpDecoding(positionsMax) : undefined;
+    if (w.choice && w.loaded.prefill) await warmUpLong(positionsMax);
+    return pace;
   } catch (e) {
     // Only the first requests' speed depends on it: a model that serves is served without it.
     port.postMessage({ type: 'warning', message: `warm-up not finished (${(e as Error).message}); the first requests measure the sessions` } satisfies WorkerEvent);
+    return undefined;
   } finally {
     free([WARM_UP_SEQ]);
     w.passes = noPasses();
@@ -829,23 +847,53 @@ async function warmUp(positionsMax: number): Promise<void> {
 /** The warm-up's throwaway sequence: the scheduler numbers sequences from 0. */
 const WARM_UP_SEQ = -1;
 
-async function warmUpDecoding(positionsMax: number): Promise<void> {
+async function warmUpDecoding(positionsMax: number): Promise<WarmPace | undefined> {
   const seq = WARM_UP_SEQ;
   // A model of a very short context warms up on what fits in it.
   const promptLen = Math.min(WARM_UP_PROMPT_TOKENS, Math.floor(positionsMax / 2));
-  const steps = Math.min(WARM_UP_DECODE_STEPS, positionsMax - promptLen);
-  if (promptLen < 1) return;
+  const steps = Math.min(w.choice ? WARM_UP_DECODE_STEPS : WARM_UP_TIMED_STEPS, positionsMax - promptLen);
+  if (promptLen < 1) return undefined;
   const tokens = Array.from({ length: promptLen }, (_, i) => i % w.arch.vocab);
-  // The prompt's shape once on every session it may run on: onnxruntime plans its memory per shape and session.
-  const { feeds } = slotStepFeeds((w.slots as KvPools).near, [{ seq, tokens }]);
-  const kinds = sessionsFor(promptLen, 1, w.loaded);
-  for (const k of kinds) await w.byKind[k]!.run(feeds);
-  // ... and measured on them until its session is chosen, as the first requests' prompts would be.
-  await w.choice!.measure(promptLen, kinds, WARM_UP_PROMPT_RUNS_MAX, (k) => w.byKind[k]!.run(feeds));
+  if (w.choice) {
+    // The prompt's shape once on every session it may run on: onnxruntime plans its memory per shape and session.
+    const { feeds } = slotStepFeeds((w.slots as KvPools).near, [{ seq, tokens }]);
+    const kinds = sessionsFor(promptLen, 1, w.loaded);
+    for (const k of kinds) await w.byKind[k]!.run(feeds);
+    // ... and measured on them until its session is chosen, as the first requests' prompts would be.
+    await w.choice.measure(promptLen, kinds, WARM_UP_PROMPT_RUNS_MAX, (k) => w.byKind[k]!.run(feeds));
+  }
+  let t = performance.now();
   await slotStep([{ seq, tokens }]);
-  for (let i = 0; i < steps; i++) await slotStep([{ seq, tokens: [i % tokens.length] }]);
+  const promptMs = performance.now() - t;
+  const timed: number[] = [];
+  for (let i = 0; i < steps; i++) {
+    t = performance.now();
+    await slotStep([{ seq, tokens: [i % tokens.length] }]);
+    if (i >= steps - WARM_UP_TIMED_STEPS) timed.push(performance.now() - t);
+  }
   free([seq]);
+  if (!timed.length) return undefined;
+  // The median: the timed steps' positions run from promptLen on, their middle is where it sits.
+  const pace: WarmPace = { decodeStepMs: median(timed), decodePosition: promptLen + steps - timed.length / 2, promptTokens: promptLen, promptMs };
+  // The same prompt in a batch of rows, then a few decode steps of them, timed.
+  const batch = Array.from({ length: WARM_UP_BATCH_ROWS }, (_, r) => WARM_UP_SEQ - 1 - r);
+  const batchSteps = Math.min(WARM_UP_TIMED_STEPS, positionsMax - promptLen);
+  try {
+    await slotStep(batch.map((s) => ({ seq: s, tokens })));
+    const times: number[] = [];
+    for (let i = 0; i < batchSteps; i++) {
+      t = performance.now();
+      await slotStep(batch.map((s) => ({ seq: s, tokens: [i % tokens.length] })));
+      times.push(performance.now() - t);
+    }
+    if (times.length) pace.batch = { rows: batch.length, stepMs: median(times), position: promptLen + batchSteps / 2 };
+  } finally {
+    free(batch);
+  }
+  return pace;
 }
+
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
 
 /**
  * A long prompt's tokens the warm-up runs once on every session a step of its size may run on,
@@ -970,14 +1018,15 @@ async function onCommand(msg: WorkerCommand): Promise<void> {
     case 'init':
       try {
         w.device = msg.deviceLock && new DeviceLock(msg.deviceLock);
+        let pace: WarmPace | undefined;
         await onDevice(async () => {
           await init(msg);
           setInterval(reportMemory, WORKER_MEMORY_REPORT_MS).unref();
-          await warmUp(msg.positionsMax);
+          pace = await warmUp(msg.positionsMax);
         });
         // A model the GPU provider could not take runs on the CPU (worker-sessions.ts): no device to share.
         if (w.arch.provider === 'cpu') w.device = undefined;
-        port.postMessage({ type: 'ready', arch: w.arch } satisfies WorkerEvent);
+        port.postMessage({ type: 'ready', arch: w.arch, ...(pace ? { pace } : {}) } satisfies WorkerEvent);
       } catch (e) {
         port.postMessage({ type: 'init-error', message: (e as Error).message } satisfies WorkerEvent);
       }
