@@ -825,8 +825,8 @@ const WARM_UP_PROMPT_RUNS_MAX = 40;
  * a slot-cache one warms its decoding (tens of milliseconds), one with a prefill session its long
  * steps (warmUpLong: ~1.4 s more at load for m25 int4, ~2.2 s since the warm-up also measures the
  * sessions for a short prompt and a long one); its pass counts start from zero after it. Every
- * slot-cache model on the host times its short prompt and a few decode steps: admission's pace
- * until its own steps are measured (throughput.ts StepPace).
+ * slot-cache model on the host times its short prompt and a few decode steps of one row and of
+ * WARM_UP_BATCH_ROWS: admission's pace until its own steps are timed (throughput.ts StepPace).
  */
 async function warmUp(positionsMax: number): Promise<WarmPace | undefined> {
   if (w.arch.vocab < 1) return undefined;
@@ -873,7 +873,7 @@ async function warmUpDecoding(positionsMax: number): Promise<WarmPace | undefine
   }
   free([seq]);
   if (!timed.length) return undefined;
-  // The median: the timed steps' positions run from promptLen on, their middle is where it sits.
+  // The median step, at the timed steps' middle position.
   const pace: WarmPace = { decodeStepMs: median(timed), decodePosition: promptLen + steps - timed.length / 2, promptTokens: promptLen, promptMs };
   // The same prompt in a batch of rows, then a few decode steps of them, timed.
   const batch = Array.from({ length: WARM_UP_BATCH_ROWS }, (_, r) => WARM_UP_SEQ - 1 - r);
