@@ -86,6 +86,21 @@ const chatBody = (maxTokens: number, stream = false) => ({ model: CHAT, messages
 // random-llama-chat's prices, as micro-USD per token (see test/faults/charges.test.ts).
 const owed = (u: { prompt_tokens: number; completion_tokens: number }) => 100_000 * u.prompt_tokens + 200_000 * u.completion_tokens;
 
+/**
+ * Reads a stream to its end; when its first content token came, in ms from `t0`. That ends the
+ * wait for a slot (and the prefill).
+ */
+async function firstTokenMs(r: Response, t0: number): Promise<number | undefined> {
+  const reader = r.body!.getReader();
+  const dec = new TextDecoder();
+  let at: number | undefined;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return at;
+    if (at === undefined && /"content":"[^"]/.test(dec.decode(value))) at = performance.now() - t0;
+  }
+}
+
 /** Runs `f` against a fresh daemon, stopped (gracefully) however `f` ends. */
 async function withDaemon(f: (d: Started) => Promise<void>): Promise<void> {
   const d = await startDaemon();
@@ -206,18 +221,8 @@ const runs: Record<string, (arg?: string) => Promise<void>> = {
             await sleep(Math.min(2_000, Number(r.headers.get('retry-after-ms') ?? 1_000)));
             continue;
           }
-          // The first content token ends the wait for a slot (and the prefill); the stream is read to its end.
-          const reader = r.body!.getReader();
-          const dec = new TextDecoder();
-          let first = true;
-          for (;;) {
-            const { value, done } = await reader.read();
-            if (done) break;
-            if (first && /"content":"[^"]/.test(dec.decode(value))) {
-              waits.push(performance.now() - t0);
-              first = false;
-            }
-          }
+          const wait = await firstTokenMs(r, t0);
+          if (wait !== undefined) waits.push(wait);
         }
       };
       await Promise.all(Array.from({ length: CLIENTS }, client));
@@ -255,17 +260,8 @@ const runs: Record<string, (arg?: string) => Promise<void>> = {
               codes.set(code, (codes.get(code) ?? 0) + 1);
               return;
             }
-            const reader = r.body!.getReader();
-            const dec = new TextDecoder();
-            let first = true;
-            for (;;) {
-              const { value, done } = await reader.read();
-              if (done) break;
-              if (first && /"content":"[^"]/.test(dec.decode(value))) {
-                waits.push(performance.now() - t0);
-                first = false;
-              }
-            }
+            const wait = await firstTokenMs(r, t0);
+            if (wait !== undefined) waits.push(wait);
           }),
         );
         const all = (performance.now() - t0) / 1000;

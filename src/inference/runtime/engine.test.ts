@@ -562,6 +562,16 @@ describe('engine backpressure', () => {
   });
 });
 
+/** What `start` throws when the engine refuses it; undefined when it does not. */
+function refusalOf(start: () => unknown): EngineRefused | undefined {
+  try {
+    start();
+  } catch (e) {
+    return e as EngineRefused;
+  }
+  return undefined;
+}
+
 describe('engine queue', () => {
   it('answers overloaded when the waiting queue is full', async () => {
     const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { batchSizeMax: 1, queueDepthMax: 1, admissionWaitMsMax: Infinity } });
@@ -571,12 +581,7 @@ describe('engine queue', () => {
       const first = collect(g(100));
       await new Promise((r) => setTimeout(r, 5));
       const second = collect(g(2));
-      let err: EngineRefused | undefined;
-      try {
-        g(2);
-      } catch (e) {
-        err = e as EngineRefused;
-      }
+      const err = refusalOf(() => g(2));
       expect(err).toBeInstanceOf(EngineRefused);
       expect(err?.reason).toBe('queue_full');
       expect(err?.retryAfterMs).toBeGreaterThan(0);
@@ -629,12 +634,7 @@ describe('engine queue', () => {
       const x = await small.encodeChat(CHAT, [{ role: 'user', content: 'x' }]);
       const g = (n: number) => small.generate(CHAT, { promptTokens: [...x], maxTokens: n, temperature: 0, topP: 1, stop: [] });
       const long = collect(g(200));
-      let err: EngineRefused | undefined;
-      try {
-        g(2);
-      } catch (e) {
-        err = e as EngineRefused;
-      }
+      const err = refusalOf(() => g(2));
       // 200 tokens ahead take more than 1 ms at any step time: refused, and told how long it would have waited.
       expect(err).toBeInstanceOf(EngineRefused);
       expect(err?.reason).toBe('busy');
