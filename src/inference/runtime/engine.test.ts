@@ -613,6 +613,15 @@ describe('engine queue', () => {
     }
   }, 30_000);
 
+  it('times its warm-up for admission: a one-row decode step, a batch of 16 rows, a short prompt', () => {
+    const warm = (engine as unknown as { models: Map<string, { runners: Runner[] }> }).models.get(CHAT)!.runners[0]!.warmPace;
+    expect(warm?.decodeStepMs).toBeGreaterThan(0);
+    expect(warm?.promptTokens).toBeGreaterThan(0);
+    expect(warm?.promptMs).toBeGreaterThan(0);
+    expect(warm?.batch?.rows).toBe(16);
+    expect(warm?.batch?.stepMs).toBeGreaterThan(0);
+  });
+
   it('queues a burst past the free slots of a fresh engine where the work ahead at face value starts it within the bound', async () => {
     // No request has ended yet, so there is no rate of endings: every request past the free slots was refused ('busy', no start could be promised).
     const small = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { batchSizeMax: 2 } });

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { findStories260k } from '../convert/default-models.js';
 import { evaluationProbabilities, greedyTokens, largestChange, leadingAgreement, writeStoriesVariants } from '../convert/variant-quality.js';
 import { Engine } from './engine.js';
+import type { Runner } from './runner.js';
 import type { WebgpuValidationMode } from './execution-provider.js';
 import { PREFILL_STEP_TOKENS_MIN } from './session-choice.js';
 import { registries } from '../../metrics.js';
@@ -67,6 +68,10 @@ describe.skipIf(!stories)('webgpu', () => {
       const run = async (kvOnDevice: boolean, modelsDir = dir) => {
         const e = await Engine.load({ modelsDir, executionProvider: 'webgpu', strict: true, intraOpThreads: 1, kvOnDevice });
         try {
+          // Its warm-up timed a row and a batch of rows on the device too: admission's first pace (throughput.ts StepPace).
+          const warm = (e as unknown as { models: Map<string, { runners: Runner[] }> }).models.get('s/chat')!.runners[0]!.warmPace;
+          expect(warm?.decodeStepMs).toBeGreaterThan(0);
+          expect(warm?.batch?.rows).toBe(16);
           // Several streams at once: rows join and leave the device cache's slots while others decode.
           return await Promise.all(['Once upon a time', 'The little dog', 'One day, a girl named Lily'].map((p) => greedyTokens(e, 's/chat', p)));
         } finally {

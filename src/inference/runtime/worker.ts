@@ -825,13 +825,13 @@ const WARM_UP_PROMPT_RUNS_MAX = 40;
  * a slot-cache one warms its decoding (tens of milliseconds), one with a prefill session its long
  * steps (warmUpLong: ~1.4 s more at load for m25 int4, ~2.2 s since the warm-up also measures the
  * sessions for a short prompt and a long one); its pass counts start from zero after it. Every
- * slot-cache model on the host times its short prompt and a few decode steps of one row and of
- * WARM_UP_BATCH_ROWS: admission's pace until its own steps are timed (throughput.ts StepPace).
+ * slot-cache model, a GPU's device cache too, times its short prompt and a few decode steps of one
+ * row and of WARM_UP_BATCH_ROWS: admission's pace until its own steps are timed (throughput.ts StepPace).
  */
 async function warmUp(positionsMax: number): Promise<WarmPace | undefined> {
   if (w.arch.vocab < 1) return undefined;
   try {
-    const pace = w.slots instanceof KvPools ? await warmUpDecoding(positionsMax) : undefined;
+    const pace = w.slots ? await warmUpDecoding(positionsMax) : undefined;
     if (w.choice && w.loaded.prefill) await warmUpLong(positionsMax);
     return pace;
   } catch (e) {
@@ -854,9 +854,9 @@ async function warmUpDecoding(positionsMax: number): Promise<WarmPace | undefine
   const steps = Math.min(w.choice ? WARM_UP_DECODE_STEPS : WARM_UP_TIMED_STEPS, positionsMax - promptLen);
   if (promptLen < 1) return undefined;
   const tokens = Array.from({ length: promptLen }, (_, i) => i % w.arch.vocab);
-  if (w.choice) {
+  if (w.choice && w.slots instanceof KvPools) {
     // The prompt's shape once on every session it may run on: onnxruntime plans its memory per shape and session.
-    const { feeds } = slotStepFeeds((w.slots as KvPools).near, [{ seq, tokens }]);
+    const { feeds } = slotStepFeeds(w.slots.near, [{ seq, tokens }]);
     const kinds = sessionsFor(promptLen, 1, w.loaded);
     for (const k of kinds) await w.byKind[k]!.run(feeds);
     // ... and measured on them until its session is chosen, as the first requests' prompts would be.
