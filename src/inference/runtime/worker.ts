@@ -805,7 +805,8 @@ const WARM_UP_TIMED_STEPS = 8;
  * alone (the weights are read once a step), so a pace taken at one row alone made admission
  * refuse a fresh model's queue that a full batch would start in time. 16: a step's time a row
  * near a full batch's (m110 int4: 0.024 ms a row-position at 16 rows, 0.014 at 64, 0.096 at
- * one), at ~0.1-0.3 s more at load.
+ * one), for a load time within its own spread (m110 int4: 8.9-11.8 s in three loads, 9.4-11.1
+ * before).
  */
 const WARM_UP_BATCH_ROWS = 16;
 /** The warm-up's prompt, in tokens: a short chat prompt's size (the benchmarks' is 20). */
