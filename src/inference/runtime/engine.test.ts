@@ -647,7 +647,7 @@ describe('engine queue', () => {
       // 200 tokens ahead take more than 1 ms at any step time: refused, and told how long it would have waited.
       expect(err).toBeInstanceOf(EngineRefused);
       expect(err?.reason).toBe('busy');
-      expect(err?.message).toMatch(/would wait about \d+ s to start/);
+      expect(err?.message).toMatch(/would wait about \d+ s to start, over its limit of 0.001 s if every request ahead makes its max_tokens \(none has ended lately to go by\); retry later/);
       expect(err?.retryAfterMs).toBeGreaterThan(0);
       expect((await long).done.usage.outputTokens).toBe(200);
     } finally {

@@ -167,11 +167,11 @@ export class Scheduler {
    * lately for that rate to tell (a fresh or long-idle model, or every slot held by
    * long streams), the work ahead at face value.
    */
-  estimatedWaitMs(): number {
+  estimatedWait(): { ms: number; atFaceValue: boolean } {
     const ahead = this.waiting.length - (this.opts.batchSizeMax - this.slotsUsed());
-    if (ahead < 0) return 0;
+    if (ahead < 0) return { ms: 0, atFaceValue: false };
     const rate = this.completions.perSecond();
-    return rate === undefined ? this.faceValueWaitMs() : ((ahead + 1) * 1000) / rate;
+    return rate === undefined ? { ms: this.faceValueWaitMs(), atFaceValue: true } : { ms: ((ahead + 1) * 1000) / rate, atFaceValue: false };
   }
 
   /**
@@ -217,12 +217,14 @@ export class Scheduler {
     if (this.waiting.length >= this.opts.queueDepthMax) {
       throw new EngineRefused(`model ${this.modelId} has ${this.waiting.length} requests waiting, its limit; retry shortly`, 'queue_full', 1000);
     }
-    const waitMs = this.estimatedWaitMs();
+    const { ms: waitMs, atFaceValue } = this.estimatedWait();
     M.admissionWait.set(this.runner.labels, Number.isFinite(waitMs) ? waitMs / 1000 : -1);
     if (waitMs > this.opts.admissionWaitMsMax) {
-      const about = Number.isFinite(waitMs) ? `about ${Math.round(waitMs / 1000)} s` : 'longer than any bound (no request has ended lately)';
+      const about = Number.isFinite(waitMs) ? `about ${Math.round(waitMs / 1000)} s` : 'longer than any bound (no request has ended lately and no step was timed)';
+      // Said how it was reckoned: at face value (no request ended lately) it is an upper bound, not a pace.
+      const reckoned = Number.isFinite(waitMs) && atFaceValue ? ' if every request ahead makes its max_tokens (none has ended lately to go by)' : '';
       throw new EngineRefused(
-        `model ${this.modelId} is busy: a request would wait ${about} to start, over its limit of ${this.opts.admissionWaitMsMax / 1000} s; retry later`,
+        `model ${this.modelId} is busy: a request would wait ${about} to start, over its limit of ${this.opts.admissionWaitMsMax / 1000} s${reckoned}; retry later`,
         'busy',
         // Until the queue ahead would have moved enough (without a rate, a second), spread by
         // up to half again so that clients refused together do not all come back together.
