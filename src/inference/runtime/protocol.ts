@@ -94,7 +94,7 @@ export interface Arch {
   keepsGenerations: boolean;
 }
 
-/** The worker's warm-up, timed: a one-row decode step and a short prompt's step (throughput.ts StepPace seeds from it). */
+/** The worker's warm-up, timed: decode steps of one row and of a batch, and a short prompt's step (throughput.ts StepPace seeds from it). */
 export interface WarmPace {
   decodeStepMs: number;
   /** The decode steps' mean position. */
