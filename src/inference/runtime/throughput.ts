@@ -139,15 +139,22 @@ export interface QueuedWork {
  * goes to the queue's head, whose prompt then delays every slot.
  */
 export function slotWaitMs(slots: number, holding: readonly number[], waiting: readonly QueuedWork[]): number {
-  // When each slot is next free, ascending: the earliest is taken, and given back later.
+  // When each slot is next free, ascending, less `delay`: the prompts run so far, which hold up every slot alike.
   const free = [...Array<number>(Math.max(0, slots - holding.length)).fill(0), ...holding].sort((a, b) => a - b);
   if (free.length === 0) return Infinity;
+  let delay = 0;
   for (const w of waiting) {
-    const t = free.shift()! + w.promptMs;
-    for (let i = 0; i < free.length; i++) free[i] = free[i]! + w.promptMs;
-    let i = 0;
-    while (i < free.length && free[i]! <= t + w.decodeMs) i++;
-    free.splice(i, 0, t + w.decodeMs);
+    const start = free.shift()! + delay;
+    delay += w.promptMs;
+    const back = start + w.promptMs + w.decodeMs - delay;
+    // The first place past every slot free by then (a binary search: a queue of hundreds at each admission).
+    let [lo, hi] = [0, free.length];
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (free[mid]! <= back) lo = mid + 1;
+      else hi = mid;
+    }
+    free.splice(lo, 0, back);
   }
-  return free[0]!;
+  return free[0]! + delay;
 }
