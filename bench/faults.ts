@@ -236,7 +236,9 @@ const runs: Record<string, (arg?: string) => Promise<void>> = {
     // A fresh daemon (or one idle for a while: no rate of endings to go by) sent many more
     // streams at once than it has batch slots, each client once: how many are let in, and how
     // long those wait for their first token against ADMISSION_WAIT_MS_MAX (10 s).
-    const [dir, model] = arg ? [arg.slice(0, arg.lastIndexOf(':')), arg.slice(arg.lastIndexOf(':') + 1)] : [undefined, CHAT];
+    const at = arg?.lastIndexOf(':') ?? -1;
+    if (arg !== undefined && at <= 0) throw new Error(`burst: DIR:MODEL (a models folder and a model id in it), got '${arg}'`);
+    const [dir, model] = arg ? [arg.slice(0, at), arg.slice(at + 1)] : [undefined, CHAT];
     const d = await startDaemon(dir ? { MODELS_DIR: dir, RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0' } : {});
     try {
       const { key } = await user(d, 1_000_000_000);

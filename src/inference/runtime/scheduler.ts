@@ -156,7 +156,7 @@ export class Scheduler {
    */
   private slotsUsed(): number {
     let n = 0;
-    for (const s of this.active) if ((s.gen && !s.gen.finished) || s.prefixOf) n++;
+    for (const s of this.active) if (holdsSlot(s)) n++;
     return n;
   }
 
@@ -185,10 +185,10 @@ export class Scheduler {
    * warm-up, before its first steps).
    */
   private faceValueWaitMs(): number {
-    const holding = [...this.active].filter((s) => (s.gen && !s.gen.finished) || s.prefixOf);
+    const holding = [...this.active].filter(holdsSlot);
+    // A request's mean position over its life: its prompt, then half its max_tokens.
     let positions = 0;
-    for (const s of holding) positions += s.promptLen + (s.gen ? s.gen.req.maxTokens / 2 : 0);
-    for (const s of this.waiting) positions += s.promptLen + (s.gen ? s.gen.req.maxTokens / 2 : 0);
+    for (const s of [...holding, ...this.waiting]) positions += s.promptLen + (s.gen ? s.gen.req.maxTokens / 2 : 0);
     const stepMs = this.pace.decodeStepMs(this.opts.batchSizeMax, positions / Math.max(1, holding.length + this.waiting.length));
     const tokenMs = this.pace.promptTokenMs();
     if (stepMs === undefined || tokenMs === undefined) return Infinity;
@@ -927,6 +927,9 @@ export class Scheduler {
     }
   }
 }
+
+/** Whether a sequence holds a batch slot (Scheduler.slotsUsed says when). */
+const holdsSlot = (s: Seq): boolean => (s.gen !== undefined && !s.gen.finished) || s.prefixOf !== undefined;
 
 /** What a kept prefix of `positions` holds: its cache, and the branch graph's copy of it (worker.ts prefixFeeds). */
 export function keptPrefixBytes(positions: number, layout: KvLayout): number {

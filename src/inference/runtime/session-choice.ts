@@ -192,7 +192,8 @@ function fastestMs(e: Estimate): number {
   return Math.min(...e.recent);
 }
 
-function medianOf(xs: number[]): number {
+/** The middle of `xs` (the upper one of an even count). */
+export function medianOf(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[s.length >> 1]!;
 }

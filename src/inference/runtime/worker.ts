@@ -11,7 +11,7 @@ import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
 import { PEERS_REST_AFTER_IDLE_MS, WorkerPeers } from './peers.js';
-import { SessionChoice, sessionsFor, type LoadedSessions, type SessionKind } from './session-choice.js';
+import { medianOf, SessionChoice, sessionsFor, type LoadedSessions, type SessionKind } from './session-choice.js';
 import { inStepBudget } from './options.js';
 import { fp16BitsToFp32 } from '../convert/quantize.js';
 import { sharedNow, TOKENS_POSTED_AT_ONCE, TokenPosts } from './token-posts.js';
@@ -863,38 +863,36 @@ async function warmUpDecoding(positionsMax: number): Promise<WarmPace | undefine
     // ... and measured on them until its session is chosen, as the first requests' prompts would be.
     await w.choice.measure(promptLen, kinds, WARM_UP_PROMPT_RUNS_MAX, (k) => w.byKind[k]!.run(feeds));
   }
-  let t = performance.now();
+  const t = performance.now();
   await slotStep([{ seq, tokens }]);
   const promptMs = performance.now() - t;
-  const timed: number[] = [];
-  for (let i = 0; i < steps; i++) {
-    t = performance.now();
-    await slotStep([{ seq, tokens: [i % tokens.length] }]);
-    if (i >= steps - WARM_UP_TIMED_STEPS) timed.push(performance.now() - t);
-  }
+  const timed = (await timedDecodeSteps([seq], steps, tokens)).slice(-WARM_UP_TIMED_STEPS);
   free([seq]);
   if (!timed.length) return undefined;
-  // The median step, at the timed steps' middle position.
-  const pace: WarmPace = { decodeStepMs: median(timed), decodePosition: promptLen + steps - timed.length / 2, promptTokens: promptLen, promptMs };
+  // The median step, at the timed steps' middle position (step i feeds position promptLen + i).
+  const pace: WarmPace = { decodeStepMs: medianOf(timed), decodePosition: promptLen + steps - (timed.length + 1) / 2, promptTokens: promptLen, promptMs };
   // The same prompt in a batch of rows, then a few decode steps of them, timed.
   const batch = Array.from({ length: WARM_UP_BATCH_ROWS }, (_, r) => WARM_UP_SEQ - 1 - r);
-  const batchSteps = Math.min(WARM_UP_TIMED_STEPS, positionsMax - promptLen);
   try {
     await slotStep(batch.map((s) => ({ seq: s, tokens })));
-    const times: number[] = [];
-    for (let i = 0; i < batchSteps; i++) {
-      t = performance.now();
-      await slotStep(batch.map((s) => ({ seq: s, tokens: [i % tokens.length] })));
-      times.push(performance.now() - t);
-    }
-    if (times.length) pace.batch = { rows: batch.length, stepMs: median(times), position: promptLen + batchSteps / 2 };
+    const times = await timedDecodeSteps(batch, Math.min(WARM_UP_TIMED_STEPS, positionsMax - promptLen), tokens);
+    if (times.length) pace.batch = { rows: batch.length, stepMs: medianOf(times), position: promptLen + (times.length - 1) / 2 };
   } finally {
     free(batch);
   }
   return pace;
 }
 
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
+/** Runs `steps` decode steps of `seqs`, each fed a token of `tokens`: each step's time, in order. */
+async function timedDecodeSteps(seqs: number[], steps: number, tokens: number[]): Promise<number[]> {
+  const times: number[] = [];
+  for (let i = 0; i < steps; i++) {
+    const t = performance.now();
+    await slotStep(seqs.map((seq) => ({ seq, tokens: [tokens[i % tokens.length]!] })));
+    times.push(performance.now() - t);
+  }
+  return times;
+}
 
 /**
  * A long prompt's tokens the warm-up runs once on every session a step of its size may run on,
