@@ -115,6 +115,14 @@ step_time() {
   done
 }
 
+# What the device passes save a decode step (runtime/device-passes.ts): each added in turn, at 1, 16 and 64 rows.
+passes() {
+  for s in m25 m110; do
+    log "webgpu device passes, $s int4"
+    timeout 200 node dist/bench/webgpu-passes.js --model $G/models-$s/$s/model_q4.onnx --rows ${PASS_ROWS:-1,16,64} --steps ${PASS_STEPS:-30} --rounds ${PASS_ROUNDS:-4} 2>&1 | grep -v '"level"\|VerifyEach'
+  done
+}
+
 # llama.cpp's CUDA build on the GGUF of the same checkpoint (q4_0 for our int4, f32 for f32).
 llama_setup() {
   [ -d $G/peer ] || tar -xJf .gpu/llama/peer.tar.xz -C $G
@@ -153,6 +161,7 @@ for step in "$@"; do
     eval) evaluation ;;
     modes) modes ;;
     step-time) step_time ;;
+    passes) passes ;;
     cg-modes-m25) cg_modes m25 ;;
     cg-modes-m110) cg_modes m110 ;;
     llama-setup) llama_setup ;;

@@ -1,5 +1,6 @@
 import onnxProto from 'onnx-proto';
 import { bytesOf } from '../convert/onnx-graph.js';
+import { DEVICE_PASSES, type DevicePass } from './device-passes.js';
 
 // The slot-cache graph rewritten for a cache that stays on the device (kv-resident.ts): on a GPU
 // provider, the slot graph's cache inputs were the worker's host buffers, so every step copied
@@ -66,8 +67,10 @@ export interface ResidentLayout {
  * a slot-cache graph with one `new_key_values` output (folders converted before cloudgate-convert/4).
  * Weights in a file beside the graph (ONNX external data: every model past 2 GB, and the converter's
  * above EXTERNAL_DATA_THRESHOLD_BYTES) stay there; the session finds them by external-data.ts rewrittenGraphSessionConfig.
+ * `passes` take out kernels the converter put in for the CPU (device-passes.ts); the benchmark
+ * passes none to measure them.
  */
-export function residentGraph(bytes: Uint8Array, layout: ResidentLayout): Uint8Array | undefined {
+export function residentGraph(bytes: Uint8Array, layout: ResidentLayout, passes: readonly DevicePass[] = DEVICE_PASSES): Uint8Array | undefined {
   const model = onnx.ModelProto.decode(bytes);
   const graph = model.graph;
   if (!graph?.node || !graph.input || !graph.output) return undefined;
@@ -120,6 +123,7 @@ export function residentGraph(bytes: Uint8Array, layout: ResidentLayout): Uint8A
   // The slot graph's value_info may name the replaced inputs' shapes: they are intermediate now, and
   // onnxruntime infers them.
   graph.valueInfo = (graph.valueInfo ?? []).filter((v) => !cacheNames.includes(v.name!));
+  for (const pass of passes) pass.apply(graph);
   return onnx.ModelProto.encode(model).finish();
 }
 

@@ -1,0 +1,95 @@
+import fs from 'node:fs';
+import ort from 'onnxruntime-node';
+import onnxProto from 'onnx-proto';
+import { residentSessions, type ResidentSessions } from '../src/inference/runtime/kv-resident.js';
+import { residentGraph } from '../src/inference/runtime/resident-graph.js';
+import { DEVICE_PASSES } from '../src/inference/runtime/device-passes.js';
+import { withRewrittenGraphConfig } from '../src/inference/runtime/external-data.js';
+import { benchArgs, fmt, machine, median, threadCpuMs } from './lib.js';
+import { decodeStepMs, slotGraphLayout } from './slot-graph.js';
+
+// What the device passes (runtime/device-passes.ts) save a decode step of the device-cache graph
+// on webgpu. Variants: no pass, then the passes added one at a time in their order (the last is
+// the graph as served). For each, at each row count, the median of:
+// - `step`: a step as served, its logits read back (what a stream waits for);
+// - `issued`: the same graph with its logits left on the device, so run() returns once the step
+//   is issued (bench/webgpu-sync.ts);
+// - `host CPU`: the thread issuing the steps, its CPU time a step over the `issued` rounds (from
+//   /proc: on lavapipe, Mesa's CPU Vulkan, the kernels' own threads share the cores, so wall
+//   times there say little and this says what the host spends).
+// Also each variant's largest logit change against no pass, on the first decode step.
+// Usage: node dist/bench/webgpu-passes.js --model DIR/model_q4.onnx [--rows 1,16,64] [--steps 40] [--rounds 5]
+
+const args = benchArgs();
+const file = args.get('model');
+if (!file) throw new Error('--model: a converted chat model\'s slot-cache graph (model*.onnx)');
+const ROWS = (args.get('rows') ?? '1,16,64').split(',').map(Number);
+const STEPS = Number(args.get('steps') ?? 40);
+const ROUNDS = Number(args.get('rounds') ?? 5);
+const webgpu: ort.InferenceSession.SessionOptions = { executionProviders: ['webgpu'] };
+
+const layout = await slotGraphLayout(file);
+const grow = (await residentSessions(file, layout, webgpu))!.grow;
+const bytes = fs.readFileSync(file);
+interface Variant {
+  name: string;
+  nodes: number;
+  served: ResidentSessions;
+  unread: ResidentSessions;
+}
+const variants: Variant[] = [];
+for (let n = 0; n <= DEVICE_PASSES.length; n++) {
+  const graph = residentGraph(bytes, layout, DEVICE_PASSES.slice(0, n))!;
+  const session = (where: 'cpu' | 'gpu-buffer') => ort.InferenceSession.create(graph, withRewrittenGraphConfig({ ...webgpu, preferredOutputLocation: { logits: where, kv_cache_out: 'gpu-buffer' as const } }, file));
+  variants.push({
+    name: n ? `+ ${DEVICE_PASSES[n - 1]!.name}` : 'no pass',
+    nodes: onnxProto.onnx.ModelProto.decode(graph).graph!.node!.length,
+    served: { step: await session('cpu'), grow },
+    unread: { step: await session('gpu-buffer'), grow },
+  });
+}
+
+const placeholder = { logits: new ort.Tensor('float32', new Float32Array(1), [1, 1]) };
+/** Runs `s.step`, giving logits left on the device back unread; the first decode step's logits kept in `first`. */
+function runner(s: ResidentSessions, first: { logits?: Float32Array }) {
+  let steps = 0;
+  return async (feeds: Record<string, ort.Tensor>) => {
+    const out = await s.step.run(feeds);
+    if (out.logits!.location === 'gpu-buffer') {
+      out.logits!.dispose();
+      return { ...out, ...placeholder };
+    }
+    if (steps++ === 1) first.logits = Float32Array.from(out.logits!.data as Float32Array);
+    return out;
+  };
+}
+
+console.log(machine());
+console.log(`model: ${file}; decode steps of the device-cache graph on webgpu, median of ${ROUNDS - 1} rounds of ${STEPS} steps (the first round not counted), the variants in turns`);
+console.log(`nodes: ${variants.map((v) => `${v.name} ${v.nodes}`).join(', ')}`);
+console.log('| rows | variant | step ms | issued ms | host CPU ms a step | largest logit change |');
+console.log('| --- | --- | --- | --- | --- | --- |');
+for (const rows of ROWS) {
+  const ms = variants.map(() => ({ step: [] as number[], issued: [] as number[], cpu: 0, steps: 0, first: {} as { logits?: Float32Array } }));
+  for (let r = 0; r < ROUNDS; r++) {
+    const order = variants.map((_, i) => i);
+    for (const i of r % 2 ? order.reverse() : order) {
+      const v = variants[i]!;
+      const m = ms[i]!;
+      const step = await decodeStepMs(layout, v.served, rows, STEPS, runner(v.served, m.first));
+      const cpu = threadCpuMs(process.pid, process.pid);
+      const issued = await decodeStepMs(layout, v.unread, rows, STEPS, runner(v.unread, {}));
+      if (r === 0) continue;
+      m.cpu += threadCpuMs(process.pid, process.pid) - cpu;
+      m.steps += STEPS + 1;
+      m.step.push(...step);
+      m.issued.push(...issued);
+    }
+  }
+  const base = ms[0]!.first.logits!;
+  variants.forEach((v, i) => {
+    const m = ms[i]!;
+    const change = m.first.logits!.reduce((worst, x, j) => Math.max(worst, Math.abs(x - base[j]!)), 0);
+    console.log(`| ${rows} | ${v.name} | ${fmt(median(m.step), 2)} | ${fmt(median(m.issued), 2)} | ${fmt(m.cpu / m.steps, 2)} | ${change.toExponential(1)} |`);
+  });
+}
