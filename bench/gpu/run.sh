@@ -123,6 +123,15 @@ passes() {
   done
 }
 
+# This build with the device passes off, in .gpu/old, for bench/gpu/ab-build.sh (`EP=webgpu bash
+# bench/gpu/ab-build.sh`): the daemon with and without them on the same machine.
+nopass_build() {
+  rm -rf .gpu/old && mkdir -p .gpu/old/src/db && cp -r dist .gpu/old/ && cp -r src/db/migrations .gpu/old/src/db/ && cp package.json .gpu/old/
+  sed -i 's/^export function residentGraph(bytes, layout, passes = DEVICE_PASSES) {/export function residentGraph(bytes, layout, passes = []) {/' .gpu/old/dist/src/inference/runtime/resident-graph.js
+  grep -q 'passes = \[\])' .gpu/old/dist/src/inference/runtime/resident-graph.js || { log "nopass-build: residentGraph's signature changed"; return 1; }
+  echo "this build with the device passes off" > .gpu/old/REV
+}
+
 # llama.cpp's CUDA build on the GGUF of the same checkpoint (q4_0 for our int4, f32 for f32).
 llama_setup() {
   [ -d $G/peer ] || tar -xJf .gpu/llama/peer.tar.xz -C $G
@@ -162,6 +171,7 @@ for step in "$@"; do
     modes) modes ;;
     step-time) step_time ;;
     passes) passes ;;
+    nopass-build) nopass_build ;;
     cg-modes-m25) cg_modes m25 ;;
     cg-modes-m110) cg_modes m110 ;;
     llama-setup) llama_setup ;;
