@@ -10,7 +10,9 @@ import { decodeStepMs, slotGraphLayout } from './slot-graph.js';
 
 // What the device passes (runtime/device-passes.ts) save a decode step of the device-cache graph
 // on webgpu. Variants: no pass, then the passes added one at a time in their order (the last is
-// the graph as served). For each, at each row count, the median of:
+// the graph as served), or the sets `--sets` names (each the passes' 1-based places in their
+// order, 0 for none: `--sets 0,1,12,13,123` leaves each of the second and third out in turn).
+// For each, at each row count, the median of:
 // - `step`: a step as served, its logits read back (what a stream waits for);
 // - `issued`: the same graph with its logits left on the device, so run() returns once the step
 //   is issued (bench/webgpu-sync.ts);
@@ -18,7 +20,7 @@ import { decodeStepMs, slotGraphLayout } from './slot-graph.js';
 //   /proc: on lavapipe, Mesa's CPU Vulkan, the kernels' own threads share the cores, so wall
 //   times there say little and this says what the host spends).
 // Also each variant's largest logit change against no pass, on the first decode step.
-// Usage: node dist/bench/webgpu-passes.js --model DIR/model_q4.onnx [--rows 1,16,64] [--steps 40] [--rounds 5]
+// Usage: node dist/bench/webgpu-passes.js --model DIR/model_q4.onnx [--rows 1,16,64] [--steps 40] [--rounds 5] [--sets 0,1,12,123]
 
 const args = benchArgs();
 const file = args.get('model');
@@ -38,11 +40,16 @@ interface Variant {
   unread: ResidentSessions;
 }
 const variants: Variant[] = [];
-for (let n = 0; n <= DEVICE_PASSES.length; n++) {
-  const graph = residentGraph(bytes, layout, DEVICE_PASSES.slice(0, n))!;
+const cumulative = DEVICE_PASSES.map((_, n) => Array.from({ length: n + 1 }, (_, i) => String(i + 1)).join(''));
+const SETS = (args.get('sets') ?? ['0', ...cumulative].join(',')).split(',');
+for (const set of SETS) {
+  const chosen = set === '0' ? [] : [...set].map((d) => DEVICE_PASSES[Number(d) - 1]);
+  if (chosen.some((p) => !p)) throw new Error(`--sets: ${set} names no pass (1 to ${DEVICE_PASSES.length}, or 0 for none)`);
+  const passes = chosen as typeof DEVICE_PASSES;
+  const graph = residentGraph(bytes, layout, passes)!;
   const session = (where: 'cpu' | 'gpu-buffer') => ort.InferenceSession.create(graph, withRewrittenGraphConfig({ ...webgpu, preferredOutputLocation: { logits: where, kv_cache_out: 'gpu-buffer' as const } }, file));
   variants.push({
-    name: n ? `+ ${DEVICE_PASSES[n - 1]!.name}` : 'no pass',
+    name: passes.length ? passes.map((p) => p.name).join(' + ') : 'no pass',
     nodes: onnxProto.onnx.ModelProto.decode(graph).graph!.node!.length,
     served: { step: await session('cpu'), grow },
     unread: { step: await session('gpu-buffer'), grow },

@@ -119,7 +119,7 @@ step_time() {
 passes() {
   for s in m25 m110; do
     log "webgpu device passes, $s int4"
-    timeout 200 node dist/bench/webgpu-passes.js --model $G/models-$s/$s/model_q4.onnx --rows ${PASS_ROWS:-1,16,64} --steps ${PASS_STEPS:-30} --rounds ${PASS_ROUNDS:-4} 2>&1 | grep -v '"level"\|VerifyEach'
+    timeout 200 node dist/bench/webgpu-passes.js --model $G/models-$s/$s/model_q4.onnx --rows ${PASS_ROWS:-1,16,64} --steps ${PASS_STEPS:-30} --rounds ${PASS_ROUNDS:-4} ${PASS_SETS:+--sets $PASS_SETS} 2>&1 | grep -v '"level"\|VerifyEach'
   done
 }
 
