@@ -11,7 +11,7 @@ import { decodeStepMs, slotGraphLayout } from './slot-graph.js';
 // What the device passes (runtime/device-passes.ts) save a decode step of the device-cache graph
 // on webgpu. Variants: no pass, then the passes added one at a time in their order (the last is
 // the graph as served), or the sets `--sets` names (each the passes' 1-based places in their
-// order, 0 for none: `--sets 0,1,12,13,123` leaves each of the second and third out in turn).
+// order, 0 for none: `--sets 0,1,2,12` runs each alone and both).
 // For each, at each row count, the median of:
 // - `step`: a step as served, its logits read back (what a stream waits for);
 // - `issued`: the same graph with its logits left on the device, so run() returns once the step

@@ -19,7 +19,7 @@ node dist/src/inference/convert/cli.js $G/m25.bin $TOK $G/new/m25 --id peer/m25 
 node .gpu/old/dist/src/inference/convert/cli.js $G/m25.bin $TOK $G/old/m25 --id peer/m25 --kind chat --weights int4 >/dev/null &
 wait
 echo "this build against $(cat .gpu/old/REV 2>/dev/null) on $EP"
-for r in 1 2; do for b in new old; do
+for r in $(seq ${ROUNDS:-2}); do for b in new old; do
   root=.; [ $b = old ] && root=.gpu/old
   echo "== $b (round $r) $(date +%T)"
   EXECUTION_PROVIDER=$EP EXECUTION_PROVIDER_STRICT=true timeout ${RUN_TIMEOUT_S:-70} node $root/dist/bench/inference.js --model peer/m25 --models-dir $G/$b --dtype q4 --streams ${STREAMS:-1,16} --seconds 2 --raw-seconds 3 --ttft first-token 2>&1 | grep -E '^streams|^weights|rror'

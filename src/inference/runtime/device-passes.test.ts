@@ -4,7 +4,7 @@ import { generateCheckpoint } from '../convert/generate.js';
 import { buildLlamaOnnx } from '../convert/onnx-writer.js';
 import { headSize } from '../convert/llama2c.js';
 import { residentGraph } from './resident-graph.js';
-import { DEVICE_PASSES, dropSoftmaxFloor, oneScoreProduct, singleProgramProducts } from './device-passes.js';
+import { DEVICE_PASSES, dropSoftmaxFloor, singleProgramProducts } from './device-passes.js';
 
 // The device passes' shape: what each takes out of a slot graph (the device-resident cache's
 // tests, kv-resident.test.ts, run the passed graph against run.c's forward pass on the CPU and on
@@ -20,17 +20,13 @@ const graphOf = (bytes: Uint8Array) => onnx.ModelProto.decode(bytes).graph!;
 const count = (g: onnxProto.onnx.IGraphProto, op: string) => g.node!.filter((n) => n.opType === op).length;
 
 describe('device passes', () => {
-  it('take the softmax floor, the split score products and the two-program products out of every layer', () => {
+  it('take the softmax floor and the two-program products out of every layer', () => {
     const before = graphOf(residentGraph(slotGraph, layout, [])!);
     const after = graphOf(residentGraph(slotGraph, layout)!);
     expect(count(before, 'ReduceMax')).toBe(LAYERS);
     expect(count(after, 'ReduceMax') + count(after, 'Max') + count(after, 'Sub')).toBe(0);
-    // Two score MatMuls and two value MatMuls a layer before, one of each after.
-    expect(count(before, 'MatMul')).toBe(4 * LAYERS);
-    expect(count(after, 'MatMul')).toBe(2 * LAYERS);
     expect(count(after, 'Softmax')).toBe(LAYERS);
-    // 3 floor nodes and 5 attention nodes a layer fewer; the bias over the cache and the new tokens is built once (4 nodes).
-    expect(after.node!.length).toBe(before.node!.length - 8 * LAYERS + 4);
+    expect(after.node!.length).toBe(before.node!.length - 3 * LAYERS);
     const levels = (g: onnxProto.onnx.IGraphProto) => g.node!.filter((n) => n.opType === 'MatMulNBits').map((n) => Number(n.attribute!.find((a) => a.name === 'accuracy_level')!.i));
     expect(new Set(levels(before))).toEqual(new Set([4]));
     expect(new Set(levels(after))).toEqual(new Set([0]));
@@ -44,11 +40,8 @@ describe('device passes', () => {
     const nodes = g.node!.length;
     for (const pass of DEVICE_PASSES) expect(pass.apply(g), pass.name).toBe(0);
     expect(g.node!.length).toBe(nodes);
-    // In their order each finds its pattern; the score product's is the one without the floor.
     const fresh = graphOf(residentGraph(slotGraph, layout, [])!);
-    expect(oneScoreProduct.apply(graphOf(residentGraph(slotGraph, layout, [])!))).toBe(0);
     expect(dropSoftmaxFloor.apply(fresh)).toBe(3 * LAYERS);
-    expect(oneScoreProduct.apply(fresh)).toBe(12 * LAYERS);
     expect(singleProgramProducts.apply(fresh)).toBe(count(fresh, 'MatMulNBits'));
   });
 });

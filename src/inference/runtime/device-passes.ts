@@ -82,95 +82,11 @@ export const singleProgramProducts: DevicePass = {
   },
 };
 
-/** An int64 initializer. */
-function i64(name: string, values: number[]): onnxProto.onnx.ITensorProto {
-  const raw = new Uint8Array(BigInt64Array.from(values.map(BigInt)).buffer);
-  return { name, dataType: onnxProto.onnx.TensorProto.DataType.INT64, dims: [values.length], rawData: raw };
-}
-
 /**
- * Each layer's attention over the cache and the new tokens as one score product (onnx-attention.ts
- * slotCacheAttention, after the softmax floor is out). The CPU graph scores the cache and the new
- * tokens apart, so that no step copies a row's cache into a present beside its new keys: 12
- * kernels a layer. On the device that copy is a fraction of a millisecond even at 64 rows, and the
- * host's kernels are what a step waits for, so here the new keys and values are appended to the
- * cache's (Concat) and one MatMul, one Add of a bias over both (built once a step), one Softmax and
- * one MatMul do the rest: 7 kernels a layer.
+ * The passes a device-resident graph gets, in order. Measured and left out: each layer's scores
+ * over the cache and the new tokens as one product (the cache's keys and values concatenated with
+ * the new ones), 5 kernels a layer fewer. On an H100 it saved ~1 ms a step at 1 row but cost 2 ms
+ * at 64 rows of m25 and 18 ms at 64 rows of m110, where a step is the GPU's, not the host's:
+ * webgpu's Concat copies slowly (bench/README.md "GPU: fewer kernels a step").
  */
-export const oneScoreProduct: DevicePass = {
-  name: 'one score product a layer',
-  apply(graph) {
-    const nodes = graph.node ?? [];
-    const producer = new Map<string, Node>();
-    for (const node of nodes) for (const o of node.output ?? []) producer.set(o, node);
-    const reads = readers(graph);
-    const made = (name: string, opType: string) => {
-      const n = producer.get(name);
-      return n?.opType === opType ? n : undefined;
-    };
-    /** The node behind `name` when `opType` makes it and only the pattern reads it. */
-    const inner = (name: string | undefined, opType: string) => (name !== undefined && reads.get(name) === 1 ? made(name, opType) : undefined);
-    const transposedLast = (n: Node | undefined) => {
-      const perm = n?.attribute?.find((a) => a.name === 'perm')?.ints?.map(Number);
-      return perm?.join() === '0,1,3,2';
-    };
-    const gone = new Set<Node>();
-    const added: Node[] = [];
-    const biases = new Map<string, string>();
-    const inits: onnxProto.onnx.ITensorProto[] = [];
-    let at = 0;
-    const fresh = (what: string) => `cloudgate.device.${what}.${at++}`;
-    const node = (opType: string, input: string[], output: string, attribute: onnxProto.onnx.IAttributeProto[] = []): string => {
-      added.push({ opType, input, output: [output], name: output, attribute });
-      return output;
-    };
-    const intAttr = (name: string, i: number) => ({ name, type: onnxProto.onnx.AttributeProto.AttributeType.INT, i });
-    const permAttr = { name: 'perm', type: onnxProto.onnx.AttributeProto.AttributeType.INTS, ints: [0, 1, 3, 2] };
-    // [B, 1, 1, C] cache bias beside the [B, 1, gS, S] new one: once a step for every layer.
-    const biasOf = (cacheBias: string, newBias: string) => {
-      const key = `${cacheBias}|${newBias}`;
-      if (!biases.has(key)) {
-        const rows = node('Shape', [newBias], fresh('bias_rows'), [intAttr('start', 2), intAttr('end', 3)]);
-        const ones = fresh('ones_two');
-        const one = fresh('one');
-        inits.push(i64(ones, [1, 1]), i64(one, [1]));
-        const shape = node('Concat', [ones, rows, one], fresh('bias_shape'), [intAttr('axis', 0)]);
-        const wide = node('Expand', [cacheBias, shape], fresh('cache_bias_rows'));
-        biases.set(key, node('Concat', [wide, newBias], fresh('bias'), [intAttr('axis', -1)]));
-      }
-      return biases.get(key)!;
-    };
-    for (const softmax of nodes) {
-      if (softmax.opType !== 'Softmax') continue;
-      const concat = inner(softmax.input?.[0], 'Concat');
-      const probs = softmax.output![0]!;
-      const split = (nodes.find((n) => n.opType === 'Split' && n.input?.[0] === probs && n.output?.length === 2) as Node | undefined);
-      if (!concat || concat.input?.length !== 2 || reads.get(probs) !== 1 || !split) continue;
-      const [addCache, addNew] = concat.input.map((i) => inner(i, 'Add'));
-      const [scoresCache, scoresNew] = [addCache, addNew].map((a) => inner(a?.input?.[0], 'MatMul'));
-      const [tCache, tNew] = [scoresCache, scoresNew].map((m) => inner(m?.input?.[1], 'Transpose'));
-      if (!addCache || !addNew || !scoresCache || !scoresNew || !tCache || !tNew || !transposedLast(tCache) || !transposedLast(tNew)) continue;
-      const q = scoresCache.input![0]!;
-      if (scoresNew.input![0] !== q) continue;
-      const [pCache, pNew] = split.output as [string, string];
-      const readersOf = (v: string) => nodes.filter((n) => n.input?.includes(v));
-      const [ctxCache, ctxNew] = [pCache, pNew].map((p) => (reads.get(p) === 1 ? readersOf(p).find((n) => n.opType === 'MatMul' && n.input![0] === p) : undefined));
-      const sum = ctxCache && reads.get(ctxCache.output![0]!) === 1 ? readersOf(ctxCache.output![0]!).find((n) => n.opType === 'Add') : undefined;
-      if (!ctxCache || !ctxNew || !sum || !sum.input!.includes(ctxNew.output![0]!) || reads.get(ctxNew.output![0]!) !== 1) continue;
-      const [cacheK, k, cacheV, v] = [tCache.input![0]!, tNew.input![0]!, ctxCache.input![1]!, ctxNew.input![1]!];
-      const keys = node('Concat', [cacheK, k], fresh('keys'), [intAttr('axis', 2)]);
-      const scores = node('MatMul', [q, node('Transpose', [keys], fresh('keys_t'), [permAttr])], fresh('scores'));
-      const p = node('Softmax', [node('Add', [scores, biasOf(addCache.input![1]!, addNew.input![1]!)], fresh('biased'))], fresh('probs'), softmax.attribute ?? []);
-      node('MatMul', [p, node('Concat', [cacheV, v], fresh('values'), [intAttr('axis', 2)])], sum.output![0]!);
-      for (const n of [softmax, concat, split, addCache, addNew, scoresCache, scoresNew, tCache, tNew, ctxCache, ctxNew, sum]) gone.add(n);
-    }
-    if (!gone.size) return 0;
-    // onnxruntime orders the nodes itself (the resident graph's cache nodes already come last).
-    graph.node = [...nodes.filter((n) => !gone.has(n)), ...added];
-    graph.initializer = [...(graph.initializer ?? []), ...inits];
-    return gone.size;
-  },
-};
-
-/** The passes a device-resident graph gets, in order (the score product's pattern is the one without the floor). */
-export const DEVICE_PASSES: readonly DevicePass[] = [dropSoftmaxFloor, oneScoreProduct, singleProgramProducts];
+export const DEVICE_PASSES: readonly DevicePass[] = [dropSoftmaxFloor, singleProgramProducts];
