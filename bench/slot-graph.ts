@@ -12,6 +12,17 @@ export async function slotGraphLayout(file: string): Promise<ResidentLayoutOf> {
   return { layers: keys.length, kvHeads: Number(keys[0]!.shape[1]), headDim: Number(keys[0]!.shape[3]), positionsMax: 1024 };
 }
 
+const NO_LOGITS = { logits: new ort.Tensor('float32', new Float32Array(1), [1, 1]) };
+/**
+ * A step's outputs with logits left on the device (a 'gpu-buffer' output) given back unread and a
+ * placeholder in their place, for the rounds that measure a step issued with nothing read back.
+ */
+export function logitsUnread(out: ort.InferenceSession.OnnxValueMapType): ort.InferenceSession.OnnxValueMapType {
+  if (out.logits!.location !== 'gpu-buffer') return out;
+  out.logits!.dispose();
+  return { ...out, ...NO_LOGITS };
+}
+
 /** Tokens of each sequence's prompt before a round's decode steps. */
 const PROMPT_TOKENS = 20;
 

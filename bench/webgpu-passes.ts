@@ -6,7 +6,7 @@ import { residentGraph } from '../src/inference/runtime/resident-graph.js';
 import { DEVICE_PASSES } from '../src/inference/runtime/device-passes.js';
 import { withRewrittenGraphConfig } from '../src/inference/runtime/external-data.js';
 import { benchArgs, fmt, machine, median, threadCpuMs } from './lib.js';
-import { decodeStepMs, slotGraphLayout } from './slot-graph.js';
+import { decodeStepMs, logitsUnread, slotGraphLayout } from './slot-graph.js';
 
 // What the device passes (runtime/device-passes.ts) save a decode step of the device-cache graph
 // on webgpu. Variants: no pass, then the passes added one at a time in their order (the last is
@@ -56,17 +56,12 @@ for (const set of SETS) {
   });
 }
 
-const placeholder = { logits: new ort.Tensor('float32', new Float32Array(1), [1, 1]) };
-/** Runs `s.step`, giving logits left on the device back unread; the first decode step's logits kept in `first`. */
-function runner(s: ResidentSessions, first: { logits?: Float32Array }) {
+/** Runs `s.step`, giving logits left on the device back unread; where `first` is given, the first decode step's logits kept in it. */
+function runner(s: ResidentSessions, first?: { logits?: Float32Array }) {
   let steps = 0;
   return async (feeds: Record<string, ort.Tensor>) => {
-    const out = await s.step.run(feeds);
-    if (out.logits!.location === 'gpu-buffer') {
-      out.logits!.dispose();
-      return { ...out, ...placeholder };
-    }
-    if (steps++ === 1) first.logits = Float32Array.from(out.logits!.data as Float32Array);
+    const out = logitsUnread(await s.step.run(feeds));
+    if (first && steps++ === 1) first.logits = Float32Array.from(out.logits!.data as Float32Array);
     return out;
   };
 }
@@ -85,7 +80,7 @@ for (const rows of ROWS) {
       const m = ms[i]!;
       const step = await decodeStepMs(layout, v.served, rows, STEPS, runner(v.served, m.first));
       const cpu = threadCpuMs(process.pid, process.pid);
-      const issued = await decodeStepMs(layout, v.unread, rows, STEPS, runner(v.unread, {}));
+      const issued = await decodeStepMs(layout, v.unread, rows, STEPS, runner(v.unread));
       if (r === 0) continue;
       m.cpu += threadCpuMs(process.pid, process.pid) - cpu;
       m.steps += STEPS + 1;

@@ -4,7 +4,7 @@ import { residentSessions, type ResidentSessions } from '../src/inference/runtim
 import { residentGraph } from '../src/inference/runtime/resident-graph.js';
 import { withRewrittenGraphConfig } from '../src/inference/runtime/external-data.js';
 import { benchArgs, fmt, machine, median } from './lib.js';
-import { decodeStepMs, slotGraphLayout } from './slot-graph.js';
+import { decodeStepMs, logitsUnread, slotGraphLayout } from './slot-graph.js';
 import { GraphBuilder } from '../src/inference/convert/onnx-graph.js';
 
 // Where a decode step of the device-cache graph spends its time on webgpu (one stream on an H200
@@ -36,13 +36,7 @@ const unread: ResidentSessions = {
 
 /** Decode steps of `rows` sequences on `s`: each step's ms. Logits left on the device are given back unread. */
 async function round(s: ResidentSessions, rows: number): Promise<number[]> {
-  const placeholder = { logits: new ort.Tensor('float32', new Float32Array(1), [1, 1]) };
-  return decodeStepMs(layout, s, rows, STEPS, async (feeds) => {
-    const out = await s.step.run(feeds);
-    if (out.logits!.location !== 'gpu-buffer') return out;
-    out.logits!.dispose();
-    return { ...out, ...placeholder };
-  });
+  return decodeStepMs(layout, s, rows, STEPS, async (feeds) => logitsUnread(await s.step.run(feeds)));
 }
 
 /** A graph of one Add on webgpu: y = x + x, float32 [rows, vocab]. */
