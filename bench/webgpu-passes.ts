@@ -31,7 +31,10 @@ const ROUNDS = Number(args.get('rounds') ?? 5);
 const webgpu: ort.InferenceSession.SessionOptions = { executionProviders: ['webgpu'] };
 
 const layout = await slotGraphLayout(file);
-const grow = (await residentSessions(file, layout, webgpu))!.grow;
+// The grow graph as served; the served step session is not one of the variants.
+const served = (await residentSessions(file, layout, webgpu))!;
+await served.step.release();
+const grow = served.grow;
 const bytes = fs.readFileSync(file);
 interface Variant {
   name: string;

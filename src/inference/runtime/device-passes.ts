@@ -86,7 +86,7 @@ export const singleProgramProducts: DevicePass = {
  * The passes a device-resident graph gets, in order. Measured and left out: each layer's scores
  * over the cache and the new tokens as one product (the cache's keys and values concatenated with
  * the new ones), 5 kernels a layer fewer. On an H100 it saved ~1 ms a step at 1 row but cost 2 ms
- * at 64 rows of m25 and 18 ms at 64 rows of m110, where a step is the GPU's, not the host's:
+ * at 64 rows of m25 and 9-18 ms at 64 rows of m110, where a step is the GPU's, not the host's:
  * webgpu's Concat copies slowly (bench/README.md "GPU: fewer kernels a step").
  */
 export const DEVICE_PASSES: readonly DevicePass[] = [dropSoftmaxFloor, singleProgramProducts];
