@@ -33,34 +33,35 @@ describe('kept prompts', () => {
     expect(kp.best('u', [...range(0, 100), ...range(1000, 150)])).toMatchObject({ at: 100 });
   });
 
-  it('keeps within its bytes, the least recently used out first, and none past it', () => {
-    const { kp, freed } = kept(100, 2);
-    expect(kp.add(1, 'u', range(0, 20))).toBe(true); // 40 bytes
-    expect(kp.add(2, 'u', range(100, 20))).toBe(true); // 80
+  it('keeps within its bytes, counted in whole blocks, the least recently used out first, and none past it', () => {
+    const { kp, freed } = kept(160, 2);
+    expect(kp.add(1, 'u', range(0, 20))).toBe(true); // 2 blocks of 16 positions: 64 bytes
+    expect(kp.add(2, 'u', range(100, 20))).toBe(true); // 128
     kp.use(kp.best('u', [...range(0, 20), 5])!.kept); // 1 is the most recent now
     kp.forked(kp.best('u', [...range(0, 20), 5])!.kept);
-    expect(kp.add(3, 'v', range(200, 20))).toBe(true); // 120 > 100: 2 goes
+    expect(kp.add(3, 'v', range(200, 9))).toBe(true); // 1 block: 160 fits
+    expect(kp.add(4, 'v', range(300, 9))).toBe(true); // 192 > 160: 2 goes
     expect(freed).toEqual([2]);
-    expect(kp.bytes).toBe(80);
-    expect(kp.add(4, 'u', range(300, 51))).toBe(false); // 102 bytes alone: never kept
-    expect(kp.fits(50)).toBe(true);
-    expect(kp.fits(51)).toBe(false);
+    expect(kp.bytes).toBe(128);
+    expect(kp.add(5, 'u', range(400, 81))).toBe(false); // 6 blocks, 192 bytes alone: never kept
+    expect(kp.fits(80)).toBe(true);
+    expect(kp.fits(81)).toBe(false);
     expect(kept(0).kp.fits(1)).toBe(false);
   });
 
   it('never frees one that a prompt is starting from, until that start is answered', () => {
     const { kp, freed } = kept(100, 1);
-    kp.add(1, 'u', range(0, 40));
-    const found = kp.best('u', [...range(0, 40), 7])!;
+    kp.add(1, 'u', range(0, 48)); // 3 blocks of 16 positions: 48 bytes
+    const found = kp.best('u', [...range(0, 48), 7])!;
     kp.use(found.kept);
-    kp.add(2, 'u', range(100, 40));
-    kp.add(3, 'u', range(200, 40)); // 120 > 100: 1 is the least recent, but held; 2 goes
+    kp.add(2, 'u', range(100, 48));
+    kp.add(3, 'u', range(200, 48)); // 144 > 100: 1 is the least recent, but held; 2 goes
     expect(freed).toEqual([2]);
     kp.forked(found.kept);
-    expect(freed).toEqual([2]); // 80 fit
-    kp.add(4, 'u', range(300, 40)); // 120 again: 1 may go now
+    expect(freed).toEqual([2]); // 96 fit
+    kp.add(4, 'u', range(300, 48)); // 144 again: 1 may go now
     expect(freed).toEqual([2, 1]);
-    expect(kp.bytes).toBe(80);
+    expect(kp.bytes).toBe(96);
   });
 
   it('frees the kept ones of the scope whose tokens open a newly kept one (a conversation’s earlier turns)', () => {

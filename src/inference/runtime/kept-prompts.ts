@@ -41,6 +41,17 @@ export const KEPT_PROMPT_REUSE_TOKENS_MIN = 8;
  */
 export const KEPT_PROMPT_REUSE_OVER_REST_MIN = 0.5;
 
+/**
+ * A kept generation's memory comes in blocks of this many positions (kept-arena.ts), as vLLM's
+ * prefix cache keeps blocks of 16 tokens: a block's copy is one contiguous run per layer and head,
+ * and freed blocks serve any later generation whatever its length. A generation's last block is
+ * part empty: a 30-token chat turn takes 32 positions' memory.
+ */
+export const KEPT_BLOCK_POSITIONS = 16;
+
+/** The bytes a kept generation of `positions` takes (whole blocks): the scheduler's budget and the worker's arena count alike. */
+export const keptBytesOf = (positions: number, bytesPerPosition: number): number => Math.ceil(positions / KEPT_BLOCK_POSITIONS) * KEPT_BLOCK_POSITIONS * bytesPerPosition;
+
 /** Whether a prompt of `promptLength` tokens should start from another's first `at` (the two bounds above). */
 export const worthStarting = (at: number, promptLength: number): boolean => at >= KEPT_PROMPT_REUSE_TOKENS_MIN && at >= KEPT_PROMPT_REUSE_OVER_REST_MIN * (promptLength - at);
 
@@ -60,7 +71,7 @@ export class KeptPrompts {
 
   /**
    * @param bytesMax memory the kept caches may take (CHAT_PREFIX_CACHE_MB); 0 keeps none
-   * @param bytesPerPosition a position's keys and values, every layer
+   * @param bytesPerPosition a position's keys and values, every layer (a generation takes whole blocks of them: keptBytesOf)
    * @param free frees kept sequences in the worker (evicted, or replaced by a longer one of the same opening)
    */
   constructor(
@@ -79,7 +90,7 @@ export class KeptPrompts {
 
   /** Whether a generation of this many cached positions would be kept at all. */
   fits(positions: number): boolean {
-    return positions > 0 && positions * this.bytesPerPosition <= this.bytesMax;
+    return positions > 0 && keptBytesOf(positions, this.bytesPerPosition) <= this.bytesMax;
   }
 
   /**
@@ -116,7 +127,7 @@ export class KeptPrompts {
    */
   add(seq: number, scope: string, tokens: readonly number[]): boolean {
     if (!this.fits(tokens.length)) return false;
-    const k: KeptPrompt = { seq, scope, tokens, bytes: tokens.length * this.bytesPerPosition, forking: 0 };
+    const k: KeptPrompt = { seq, scope, tokens, bytes: keptBytesOf(tokens.length, this.bytesPerPosition), forking: 0 };
     let mine = this.byScope.get(scope);
     if (!mine) this.byScope.set(scope, (mine = new Set()));
     const covered = [...mine].filter((o) => o.forking === 0 && o.tokens.length <= tokens.length && commonOpening(o.tokens, tokens, o.tokens.length) === o.tokens.length);

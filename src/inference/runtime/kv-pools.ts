@@ -1,4 +1,5 @@
-import { freshSlotCapacity, KvSlots, type KeptKv, type SlotLayout } from './kv-slots.js';
+import type { KeptArena, KeptKv } from './kept-arena.js';
+import { freshSlotCapacity, KvSlots, type SlotLayout } from './kv-slots.js';
 
 // Every row of a slot-cache step reads its cache's whole capacity, and the capacity follows the
 // longest sequence: beside one long conversation every short row read its length too (16 rows
@@ -93,13 +94,13 @@ export class KvPools {
   }
 
   /** Moves a sequence's positions out of its cache (KvSlots.takeOut). */
-  takeOut(seq: number): KeptKv | undefined {
-    return this.poolOf(seq)?.takeOut(seq);
+  takeOut(seq: number, arena: KeptArena): KeptKv | undefined {
+    return this.poolOf(seq)?.takeOut(seq, arena);
   }
 
   /** A new sequence holding the first `at` positions of a kept cache, in the cache new sequences start in (KvSlots.putIn). */
-  putIn(seq: number, kept: KeptKv, at: number): void {
-    this.near.putIn(seq, kept, at);
+  putIn(seq: number, kept: KeptKv, at: number, arena: KeptArena): void {
+    this.near.putIn(seq, kept, at, arena);
   }
 
   /** A new sequence holding the first `at` positions of live sequence `from`, in the cache new sequences start in (KvSlots.copyOpening). */

@@ -5,6 +5,8 @@ import { buildLlamaOnnx, MASK_VALUE } from '../convert/onnx-writer.js';
 import { promptsBesideDecoding, referenceSteps } from '../../../test/reference-steps.js';
 import { headSize } from '../convert/llama2c.js';
 import { HIDDEN_BIAS, KvSlots, slotStepDone, slotStepFeeds } from './kv-slots.js';
+import { KeptArena } from './kept-arena.js';
+import { KEPT_BLOCK_POSITIONS } from './kept-prompts.js';
 
 // The slot-cache graph driven the way the worker drives it (the same two
 // functions), checked against run.c's forward pass one sequence at a time:
@@ -76,21 +78,23 @@ describe('slot-cache graph and KvSlots', () => {
     // Sequence 2's tokens so far (promptsBesideDecoding: a 2-token prompt, then three decode steps).
     const two = [...tok(2, 2), ...[0, 1, 2].map((i) => tok(1, 2 + i)[0]!)];
     const len = sl.len(2);
-    const kept = sl.takeOut(2)!;
+    const arena = new KeptArena({ layers: 2, kvHeads: 2, headDim: headSize(ck.config) }, 0);
+    const kept = sl.takeOut(2, arena)!;
     expect([kept.len, sl.has(2), sl.live]).toEqual([len, false, 3]);
-    expect(kept.k[0]!.length).toBe(2 * len * headSize(ck.config));
+    expect(kept.blocks.length).toBe(Math.ceil(len / KEPT_BLOCK_POSITIONS));
     // Its first 4 positions start sequence 8, whose prompt goes on from there; all of them start sequence 9 in a cache grown meanwhile.
-    sl.putIn(8, kept, 4);
+    sl.putIn(8, kept, 4, arena);
     prime(8, two.slice(0, 4));
     await step([{ seq: 8, tokens: tok(6, 8) }, { seq: 1, tokens: tok(1, 31) }, { seq: 3, tokens: tok(1, 33) }]);
     await step([{ seq: 5, tokens: tok(70, 5) }]);
-    sl.putIn(9, kept, kept.len);
+    sl.putIn(9, kept, kept.len, arena);
     prime(9, two);
     await step([9, 8, 1].map((seq) => ({ seq, tokens: tok(1, seq + 40) })));
     expect(maxErr()).toBeLessThan(TOL);
-    expect(() => sl.putIn(9, kept, 2)).toThrow(/holds a slot already/);
-    expect(() => sl.putIn(10, kept, kept.len + 1)).toThrow(/has no first/);
-    expect(sl.takeOut(2)).toBeUndefined();
+    expect(() => sl.putIn(9, kept, 2, arena)).toThrow(/holds a slot already/);
+    expect(() => sl.putIn(10, kept, kept.len + 1, arena)).toThrow(/has no first/);
+    expect(sl.has(10)).toBe(false);
+    expect(sl.takeOut(2, arena)).toBeUndefined();
     // A live sequence's opening, into this cache and into another of the same layout (KvPools' caches), beside decoding rows.
     const other = new KvSlots({ layers: 2, kvHeads: 2, headDim: headSize(ck.config), positionsMax: 160, emptyCacheFeeds: true });
     const nine = [...two, tok(1, 49)[0]!];

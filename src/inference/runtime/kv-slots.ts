@@ -1,4 +1,5 @@
 import ort from 'onnxruntime-node';
+import type { KeptArena, KeptKv, SlotView } from './kept-arena.js';
 
 // The KV cache of a slot-cache graph (onnx-writer.ts `kvLayout: 'slots'`): per
 // layer one key and one value buffer of [slots, kvHeads, capacity, headDim],
@@ -85,19 +86,12 @@ export const freshSlotCapacity = (positions: number, positionsMax: number): numb
  * keys and values), so moves copy filled positions only: at a capacity grown by a long sequence a
  * whole slot of m25 is 1.8 MB a buffer, 29 MB for the 16.
  */
-function copyHeads(heads: number, headDim: number, len: number, src: Float32Array, from: number, fromCap: number, dst: Float32Array, to: number, toCap: number): void {
+export function copyHeads(heads: number, headDim: number, len: number, src: Float32Array, from: number, fromCap: number, dst: Float32Array, to: number, toCap: number): void {
   for (let h = 0; h < heads; h++) {
     const [a, b] = [from + h * fromCap * headDim, to + h * toCap * headDim];
     if (src === dst) dst.copyWithin(b, a, a + len * headDim);
     else dst.set(src.subarray(a, a + len * headDim), b);
   }
-}
-
-/** A sequence's cache out of the slots (KvSlots.takeOut): per layer [kvHeads, len, headDim] keys and values. */
-export interface KeptKv {
-  len: number;
-  k: Float32Array[];
-  v: Float32Array[];
 }
 
 export class KvSlots {
@@ -285,30 +279,22 @@ export class KvSlots {
   }
 
   /**
-   * Moves a sequence's positions out of its slot into buffers of their own (its slot is freed, so
-   * the live slots stay contiguous), for a later sequence to start from (`putIn`): a finished
+   * Moves a sequence's positions out of its slot into blocks of `arena` (its slot is freed, so the
+   * live slots stay contiguous), for a later sequence to start from (`putIn`): a finished
    * generation kept for the next request that opens with the same tokens (scheduler.ts `kept prompts`).
    */
-  takeOut(seq: number): KeptKv | undefined {
+  takeOut(seq: number, arena: KeptArena): KeptKv | undefined {
     const slot = this.slotOf.get(seq);
     if (slot === undefined) return undefined;
-    const { kvHeads: H, headDim: D } = this.layout;
-    const len = this.lenAt[slot]!;
-    const s = this.stride();
-    const out = (buf: Float32Array) => {
-      const o = new Float32Array(H * len * D);
-      copyHeads(H, D, len, buf, slot * s, this.cap, o, 0, len);
-      return o;
-    };
-    const kept = { len, k: this.k.map(out), v: this.v.map(out) };
+    const kept = arena.keep({ k: this.k, v: this.v, offset: slot * this.stride(), cap: this.cap }, this.lenAt[slot]!);
     this.delete(seq);
     return kept;
   }
 
-  /** Gives `seq` (not holding a slot) a slot holding the first `at` positions of `kept`. */
-  putIn(seq: number, kept: KeptKv, at: number): void {
+  /** Gives `seq` (not holding a slot) a slot holding the first `at` positions of `kept` (in `arena`). */
+  putIn(seq: number, kept: KeptKv, at: number, arena: KeptArena): void {
     if (!(Number.isInteger(at) && at > 0 && at <= kept.len)) throw new Error(`a kept cache of ${kept.len} positions has no first ${at}`);
-    this.openFrom(seq, at, () => ({ k: kept.k, v: kept.v, offset: 0, cap: kept.len }));
+    this.openFrom(seq, at, (dst) => arena.restore(kept, at, dst));
   }
 
   /**
@@ -319,27 +305,25 @@ export class KvSlots {
   copyOpening(from: number, to: number, at: number, dst: KvSlots = this): void {
     const len = this.slotOf.has(from) ? this.len(from) : 0;
     if (!(Number.isInteger(at) && at > 0 && at <= len)) throw new Error(`sequence ${from} holds ${len} positions here, not ${at}`);
-    dst.openFrom(to, at, () => ({ k: this.k, v: this.v, offset: this.slotOf.get(from)! * this.stride(), cap: this.cap }));
+    const { kvHeads: H, headDim: D } = this.layout;
+    dst.openFrom(to, at, (into) => {
+      // Read once the room is made: making it may rebuild these buffers, where `dst` is this cache (each slot keeps its place).
+      const src = this.slotOf.get(from)! * this.stride();
+      for (let l = 0; l < this.layout.layers; l++) {
+        copyHeads(H, D, at, this.k[l]!, src, this.cap, into.k[l]!, into.offset, into.cap);
+        copyHeads(H, D, at, this.v[l]!, src, this.cap, into.v[l]!, into.offset, into.cap);
+      }
+    });
   }
 
-  /**
-   * Opens a slot for `seq` holding `at` positions copied from `source` (per layer [kvHeads, cap,
-   * headDim] from float `offset`), read once the slot's room is made: making it may rebuild these
-   * buffers, where the source is another slot of them (each slot keeps its place).
-   */
-  private openFrom(seq: number, at: number, source: () => { k: Float32Array[]; v: Float32Array[]; offset: number; cap: number }): void {
+  /** Opens a slot for `seq` holding `at` positions, which `fill` copies into it once its room is made. */
+  private openFrom(seq: number, at: number, fill: (slot: SlotView) => void): void {
     if (this.slotOf.has(seq)) throw new Error(`sequence ${seq} holds a slot already`);
     this.open(seq);
     // Room for the prompt's next position too.
     this.reserve(Math.min(at + 1, this.layout.positionsMax));
-    const { kvHeads: H, headDim: D } = this.layout;
-    const { k, v, offset, cap } = source();
     const slot = this.slotOf.get(seq)!;
-    const dst = slot * this.stride();
-    for (let l = 0; l < this.layout.layers; l++) {
-      copyHeads(H, D, at, k[l]!, offset, cap, this.k[l]!, dst, this.cap);
-      copyHeads(H, D, at, v[l]!, offset, cap, this.v[l]!, dst, this.cap);
-    }
+    fill({ k: this.k, v: this.v, offset: slot * this.stride(), cap: this.cap });
     this.lenAt[slot] = at;
   }
 

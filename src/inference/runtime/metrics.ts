@@ -85,7 +85,7 @@ const admissionWait = gauge({ name: 'cloudgate_engine_admission_wait_seconds', h
 // Where a model runs: a GPU provider that fell back to the CPU shows here, not only in the log.
 const modelInfo = gauge({ name: 'cloudgate_engine_model_info', help: 'Always 1: the execution provider a model runs on (cpu, webgpu, cuda) and the weight variant served (fp32, fp16, int8, q4, q4f16)', labelNames: ['model_name', 'provider', 'dtype'] }, 'inference');
 const infoOf = new Map<string, { model_name: string; provider: string; dtype: string }>();
-const kvBytes = gauge({ name: 'cloudgate_engine_kv_cache_bytes', help: 'Bytes held by the KV caches: live sequences, an evaluation model\'s kept states (EVAL_PREFIX_CACHE_MB), a chat model\'s kept generations (CHAT_PREFIX_CACHE_MB) and its slot buffers for up to 10 s after its last sequence', labelNames: N }, 'inference');
+const kvBytes = gauge({ name: 'cloudgate_engine_kv_cache_bytes', help: 'Bytes held by the KV caches: live sequences, an evaluation model\'s kept states (EVAL_PREFIX_CACHE_MB), the memory a chat model took at load for its kept generations (CHAT_PREFIX_CACHE_MB) and its slot buffers for up to 10 s after its last sequence', labelNames: N }, 'inference');
 
 export const engineMetrics = {
   admissionWait: { set: (l: ModelLabels, s: number) => admissionWait.set(L(l), folds.admissionWait.set(l, s)) },

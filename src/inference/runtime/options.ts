@@ -50,7 +50,8 @@ export interface EngineOptions {
    * prompt opening with the same tokens (a conversation's next turn, the same system prompt)
    * starts from their cache and runs only the rest (kept-prompts.ts), least recently used first
    * out. A kept generation costs its keys and values once: 32 KiB a position at m25, so the
-   * default holds ~8,000 positions there, ~1,300 at a 450M model. 0 keeps none. CHAT_PREFIX_CACHE_MB.
+   * default holds ~8,000 positions there, ~1,300 at a 450M model. Taken when the model loads
+   * (kept-arena.ts), as llama.cpp and vLLM take their caches' memory. 0 keeps none. CHAT_PREFIX_CACHE_MB.
    */
   chatPrefixCacheBytesMax: number;
 }

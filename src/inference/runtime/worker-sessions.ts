@@ -49,8 +49,12 @@ export interface LoadedModel {
   slotCache: boolean;
 }
 
-/** Loads InitMsg's model; what it leaves out (a session that failed, priorities refused) is told to `warn`, once each. */
-export async function loadModel(msg: InitMsg, warn: (message: string) => void): Promise<LoadedModel> {
+/**
+ * Loads InitMsg's model; what it leaves out (a session that failed, priorities refused) is told to `warn`, once each.
+ * `onShape` is told the model's shape as soon as its first session has loaded, before the others
+ * (the kept generations' memory is written meanwhile on another thread: kept-arena.ts).
+ */
+export async function loadModel(msg: InitMsg, warn: (message: string) => void, onShape?: (arch: Arch, slotCache: boolean) => void): Promise<LoadedModel> {
   const createSession = threadPriorities(msg, warn);
   const base: ort.InferenceSession.SessionOptions = {
     graphOptimizationLevel: 'all',
@@ -73,6 +77,8 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void): 
     provider = 'cpu';
     session = await createSession(msg.modelPath, { ...base, executionProviders: ['cpu'] });
   }
+  const { arch, slotCache } = archOf(session, provider);
+  onShape?.(arch, slotCache);
   // The extra sessions are only ever faster, so one that fails to load is left out with a warning.
   const extra = async <T = ort.InferenceSession>(what: string, without: string, create: () => Promise<T | undefined>) => {
     try {
@@ -119,7 +125,7 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void): 
       onCpu && msg.prefillNarrowSession && (msg.peers?.live.length ?? 0) > 1 && msg.intraOpThreads > 1 ? await extra('one-thread prefill session', 'a step of several rows beside other busy models runs on every core', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, intraOpNumThreads: 1 })) : undefined,
   };
   const loaded = { narrow: !!byKind.narrow, spinning: !!byKind.spinning, prefill: !!byKind.prefill, prefillSpinning: !!byKind.prefillSpinning, prefillNarrow: !!byKind.prefillNarrow };
-  const { arch, slotCache } = await archOf(session, provider, !!(byKind.prefill || byKind.prefillSpinning));
+  if (byKind.prefill || byKind.prefillSpinning) arch.prefillWeights = await weightTypeHere();
   // Only webgpu hands a tensor back on the device (onnxruntime-node's 'gpu-buffer'); elsewhere the cache would go round the host as before.
   const resident =
     slotCache && provider === 'webgpu' && msg.kvOnDevice
@@ -199,7 +205,7 @@ function threadPriorities(msg: InitMsg, warn: (message: string) => void) {
 }
 
 /** The model's shape as its graph declares it: layers, KV heads and head size from the cache inputs, the vocabulary from the logits. */
-async function archOf(session: ort.InferenceSession, provider: string, withPrefill: boolean): Promise<{ arch: Arch; slotCache: boolean }> {
+function archOf(session: ort.InferenceSession, provider: string): { arch: Arch; slotCache: boolean } {
   const meta = session.inputMetadata;
   const slotCache = meta.some((m) => m.name === 'cache_bias');
   const pastKeys = meta.filter((m) => (slotCache ? /^cache\.\d+\.key$/ : /^past_key_values\.\d+\.key$/).test(m.name));
@@ -221,7 +227,6 @@ async function archOf(session: ort.InferenceSession, provider: string, withPrefi
     provider,
     sharedPrefix: false,
     keepsGenerations: false,
-    ...(withPrefill ? { prefillWeights: await weightTypeHere() } : {}),
   };
   if (slotCache && (arch.kvType !== 'float32' || arch.logitsType !== 'float32')) throw new Error('a slot-cache graph keeps a float32 cache and float32 logits');
   return { arch, slotCache };

@@ -1,9 +1,11 @@
 import v8 from 'node:v8';
 import { parentPort, receiveMessageOnPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
-import { endsGeneration, noPasses, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow, type WarmPace } from './protocol.js';
+import { endsGeneration, noPasses, type Arch, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow, type WarmPace } from './protocol.js';
 import { KvStore, kvBytesPerPosition, type Kv } from './kv.js';
-import { slotStepDone, slotStepFeeds, type KeptKv } from './kv-slots.js';
+import { slotStepDone, slotStepFeeds } from './kv-slots.js';
+import { KeptArena, type KeptKv } from './kept-arena.js';
+import { keptBytesOf } from './kept-prompts.js';
 import { KvPools } from './kv-pools.js';
 import { DeviceLock } from './device-lock.js';
 import { ResidentSlots, type ResidentLayoutOf } from './kv-resident.js';
@@ -67,8 +69,8 @@ interface WorkerState extends LoadedModel {
   peers: WorkerPeers;
   /** Ended generations kept for later prompts to start from (StepRow.from; InitMsg.keptBytesMax, Arch.keepsGenerations), out of the slots (KvSlots.takeOut). */
   kept: Map<number, KeptKv>;
-  /** Bytes of the kept caches out of the slots. */
-  keptBytes: number;
+  /** Their memory, taken at load (kept-arena.ts); undefined where none are kept. */
+  arena: KeptArena | undefined;
   /** InitMsg.keptBytesMax. */
   keptBytesMax: number;
   /** The process's webgpu device lock (device-lock.ts), held for every use of the device; undefined elsewhere. */
@@ -94,7 +96,7 @@ const w = {
   passes: noPasses(),
   peers: new WorkerPeers(),
   kept: new Map(),
-  keptBytes: 0,
+  arena: undefined,
   keptBytesMax: 0,
   device: undefined,
 } as Partial<WorkerState> as WorkerState;
@@ -104,7 +106,10 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   w.tokensPostIntervalMs = msg.tokensPostIntervalMs;
   w.joinedStepTokensMax = msg.joinedStepTokensMax;
   w.peers = new WorkerPeers(msg.peers);
-  Object.assign(w, await loadModel(msg, (message) => port.postMessage({ type: 'warning', message } satisfies WorkerEvent)));
+  const warn = (message: string) => port.postMessage({ type: 'warning', message } satisfies WorkerEvent);
+  // A slot cache on the host keeps generations (below); on the CPU that is known once the first session has loaded.
+  const keptArena = (arch: Arch) => (w.arena ??= new KeptArena(arch, msg.keptBytesMax, warn));
+  Object.assign(w, await loadModel(msg, warn, (arch, slotCache) => void (msg.keptBytesMax > 0 && slotCache && arch.provider === 'cpu' && keptArena(arch))));
   if (Object.values(w.loaded).some(Boolean)) w.choice = new SessionChoice();
   if (w.branchPrefill) w.branchChoice = new SessionChoice();
   w.store = new KvStore(w.arch);
@@ -121,6 +126,9 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   // subgraph refuses: "invalid expand shape"), and a device cache has no copy here.
   w.keptBytesMax = msg.keptBytesMax;
   w.arch.keepsGenerations = msg.keptBytesMax > 0 && w.slots instanceof KvPools;
+  if (w.arch.keepsGenerations) keptArena(w.arch);
+  // The warm-up times the sessions on cores no page writing takes.
+  await w.arena?.touched;
 }
 
 /**
@@ -347,7 +355,7 @@ function cached(seq: number): boolean {
 }
 
 function kvBytes(): number {
-  return (w.slots ? w.slots.bytes : w.store.bytes) + w.keptBytes;
+  return (w.slots ? w.slots.bytes : w.store.bytes) + (w.arena?.bytes ?? 0);
 }
 
 /** One forward pass over a batch; rows that all continue one prefix go to the branch graph. */
@@ -582,7 +590,7 @@ function startFromKept(rows: StepRow[]): void {
     const kept = w.kept.get(from.seq);
     const pools = w.slots instanceof KvPools ? w.slots : undefined;
     if (!pools) missedForks.add(r.seq);
-    else if (kept && kept.len >= at) pools.putIn(r.seq, kept, at);
+    else if (kept && kept.len >= at) pools.putIn(r.seq, kept, at, w.arena!);
     else if (pools.has(from.seq) && pools.len(from.seq) >= at) pools.copyOpening(from.seq, r.seq, at);
     else missedForks.add(r.seq);
     if (missedForks.has(r.seq)) r.tokens = [...from.tokens, ...r.tokens];
@@ -759,17 +767,15 @@ function freeEnded(seqs: number[]): void {
 }
 
 /** The bytes a slot sequence's cache would take kept. */
-const keptKvBytesOf = (seq: number): number => kvBytesPerPosition(w.arch) * (w.slots as KvPools).len(seq);
+const keptKvBytesOf = (seq: number): number => keptBytesOf((w.slots as KvPools).len(seq), kvBytesPerPosition(w.arch));
 
 /** Sequences that generate no more and stay for later prompts (WorkerCommand `keep`): moved out of the slots. */
 function keep(seqs: number[]): void {
   if (!(w.arch.keepsGenerations && w.slots instanceof KvPools)) return free(seqs); // nothing asks this of such a worker
   for (const s of seqs) {
     samplers.delete(s);
-    const kept = w.slots.takeOut(s);
-    if (!kept) continue;
-    w.kept.set(s, kept);
-    w.keptBytes += kvBytesPerPosition(w.arch) * kept.len;
+    const kept = w.slots.takeOut(s, w.arena!);
+    if (kept) w.kept.set(s, kept);
   }
   w.peers.freed(w.slots.live);
   if (!w.slots.live) releaseSlotsWhenIdle();
@@ -779,7 +785,7 @@ function free(seqs: number[]): void {
   for (const s of seqs) {
     missedForks.delete(s);
     const kept = w.kept.get(s);
-    if (kept) w.keptBytes -= kvBytesPerPosition(w.arch) * kept.len;
+    if (kept) w.arena!.release(kept);
     w.kept.delete(s);
   }
   if (w.slots) {
