@@ -31,8 +31,8 @@ describe('kept arena', () => {
     const src = slotCache(3, 64, 1);
     const len = 2 * KEPT_BLOCK_POSITIONS + 5; // two whole blocks and part of a third
     const kept = arena.keep(src, len);
-    expect(kept).toMatchObject({ len, blocks: [0, 1, 2] });
-    expect(arena.freeBlocks).toBe(1);
+    expect(kept).toEqual({ len, extents: [{ block: 0, count: 3 }] });
+    expect(arena.freeBlocks).toEqual({ blocks: 1, extents: 1 });
     for (const at of [len, KEPT_BLOCK_POSITIONS, 3]) {
       const dst = slotCache(2, 48, 1, false);
       arena.restore(kept, at, dst);
@@ -47,14 +47,14 @@ describe('kept arena', () => {
     expect(arena.bytes).toBe(3 * blockBytes); // whole blocks of the budget
     const a = arena.keep(slotCache(1, 64, 0), 2 * KEPT_BLOCK_POSITIONS);
     const b = arena.keep(slotCache(1, 64, 0), KEPT_BLOCK_POSITIONS);
-    expect(arena.freeBlocks).toBe(0);
+    expect(arena.freeBlocks.blocks).toBe(0);
     // A keep ahead of the eviction that makes room for it: more memory, once.
     const src = slotCache(2, 64, 1);
     const c = arena.keep(src, KEPT_BLOCK_POSITIONS + 1);
     expect(arena.bytes).toBe(5 * blockBytes);
     arena.release(a);
     arena.release(b);
-    expect(a.blocks).toEqual([]);
+    expect(a.extents).toEqual([]);
     // From then on the arena's own blocks serve: no more memory.
     const d = arena.keep(src, 3 * KEPT_BLOCK_POSITIONS);
     expect(arena.bytes).toBe(5 * blockBytes);
@@ -63,6 +63,30 @@ describe('kept arena', () => {
     expect(opening(dst, c.len)).toEqual(opening(src, c.len));
     arena.restore(d, d.len, dst);
     expect(opening(dst, d.len)).toEqual(opening(src, d.len));
+  });
+
+  it('keeps a generation in one run of free blocks where one holds it, else across several, and merges what comes back', () => {
+    const arena = new KeptArena(layout, 10 * blockBytes);
+    const src = slotCache(1, 12 * KEPT_BLOCK_POSITIONS, 0);
+    const keep = (blocks: number) => arena.keep(src, blocks * KEPT_BLOCK_POSITIONS - 1);
+    const [a, b, c] = [keep(3), keep(2), keep(3)];
+    arena.release(a);
+    arena.release(c);
+    expect(arena.freeBlocks).toEqual({ blocks: 8, extents: 2 }); // 0-2, and 5-9 merged
+    const d = keep(4);
+    expect(d.extents).toEqual([{ block: 5, count: 4 }]); // the first run that holds it, not the first free block
+    // 5 blocks where 4 are free (0-2, 9): one more is taken, and the generation spans three runs.
+    const e = keep(5);
+    expect(e.extents.map((x) => x.count).sort()).toEqual([1, 1, 3]);
+    expect(arena.bytes).toBe(11 * blockBytes);
+    for (const k of [d, e]) {
+      const dst = slotCache(1, k.len, 0, false);
+      arena.restore(k, k.len, dst);
+      expect(opening(dst, k.len)).toEqual(opening(src, k.len));
+    }
+    for (const k of [b, d, e]) arena.release(k);
+    // One run of the budget's blocks, and the block taken past it apart (another buffer).
+    expect(arena.freeBlocks).toEqual({ blocks: 11, extents: 2 });
   });
 
   it('writes the budget’s pages on another thread without changing what keeps have written meanwhile', async () => {

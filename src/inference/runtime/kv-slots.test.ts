@@ -81,7 +81,7 @@ describe('slot-cache graph and KvSlots', () => {
     const arena = new KeptArena({ layers: 2, kvHeads: 2, headDim: headSize(ck.config) }, 0);
     const kept = sl.takeOut(2, arena)!;
     expect([kept.len, sl.has(2), sl.live]).toEqual([len, false, 3]);
-    expect(kept.blocks.length).toBe(Math.ceil(len / KEPT_BLOCK_POSITIONS));
+    expect(kept.extents).toEqual([{ block: 0, count: Math.ceil(len / KEPT_BLOCK_POSITIONS) }]);
     // Its first 4 positions start sequence 8, whose prompt goes on from there; all of them start sequence 9 in a cache grown meanwhile.
     sl.putIn(8, kept, 4, arena);
     prime(8, two.slice(0, 4));
