@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { EngineRefused } from '../engine-api.js';
 import { apiErrorOf } from '../outcome.js';
 import { registries } from '../../metrics.js';
@@ -473,6 +473,22 @@ describe("engine keeping finished generations for their user's next prompt (CHAT
     await collect(scoped(nextTurn(third, [], 2), 'c'));
     expect((await counter('vllm:prefix_cache_hits_total')) - h1).toBe(turn.length + again.ids.length - 1);
   });
+
+  it('loads with a budget past the memory the process may use (an eighth of it taken at load), and keeps generations as with any', async () => {
+    // A container's limit of 256 MiB: 32 MiB at load, not the 1 TiB the budget allows.
+    const bound = vi.spyOn(process, 'constrainedMemory').mockReturnValue(256 * 2 ** 20);
+    const e = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { chatPrefixCacheBytesMax: 2 ** 40 } }).finally(() => bound.mockRestore());
+    try {
+      const runner = (e as unknown as { models: Map<string, { runners: Runner[] }> }).models.get(gen())!.runners[0]!;
+      expect(runner.arch.keepsGenerations).toBe(true);
+      const run = (tokens: number[]) => collect(e.generate(gen(), { promptTokens: tokens, maxTokens: 12, temperature: 0, topP: 1, stop: [], shareScope: 'big' }));
+      const first = await run(prompt(5));
+      const second = await run(nextTurn(prompt(5), first.ids, 2));
+      expect(second.done.usage.cachedInputTokens).toBe(prompt(5).length + first.ids.length - 1);
+    } finally {
+      await e.close();
+    }
+  }, 60_000);
 
   it('keeps none with a budget of 0, nor a generation past its budget', async () => {
     const arch = (engine as unknown as { models: Map<string, { runners: Runner[] }> }).models.get(gen())!.runners[0]!.arch;

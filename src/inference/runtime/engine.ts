@@ -99,6 +99,17 @@ const PREFILL_SESSION_BYTES_PER_MODEL_BYTE = 5;
 /** Of the memory the process may use, what one model's prefill session may take past EXTRA_SESSIONS_MODEL_BYTES_MAX: other models, their KV caches and the HTTP side need the rest. */
 const PREFILL_SESSION_MEMORY_SHARE = 0.25;
 
+/**
+ * Of the memory the process may use, what one worker's kept generations take when it loads
+ * (kept-arena.ts): the default 256 MiB on a machine or container of 2 GiB or more. A budget past
+ * it (CHAT_PREFIX_CACHE_MB goes up to 1 TiB) takes the rest as it fills, so a large one cannot
+ * fail a model's load or take a machine's memory before anything is kept.
+ */
+const KEPT_AT_LOAD_MEMORY_SHARE = 1 / 8;
+
+/** Of a worker's kept-generations budget, the bytes it takes when it loads (KEPT_AT_LOAD_MEMORY_SHARE). */
+export const keptBytesAtLoad = (budget: number, memory = memoryForModels()): number => Math.min(budget, Math.floor(KEPT_AT_LOAD_MEMORY_SHARE * memory));
+
 /** The memory this process may use: its cgroup's bound (a container's limit), or the machine's. */
 export function memoryForModels(): number {
   const bound = process.constrainedMemory?.();
@@ -228,6 +239,7 @@ export class Engine implements InferenceEngine {
           deviceLock: cfg.executionProvider === 'webgpu' ? processDeviceLock() : undefined,
           modelBytes: modelBytes(modelPath),
           keptBytesMax: c.kind === 'chat' ? opts.chatPrefixCacheBytesMax : 0,
+          keptBytesAtLoad: c.kind === 'chat' ? keptBytesAtLoad(opts.chatPrefixCacheBytesMax) : 0,
         };
         const runners: Runner[] = [];
         // One after another: each worker's warm-up measures its sessions on cores the others leave idle.

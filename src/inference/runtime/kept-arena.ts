@@ -64,18 +64,18 @@ export class KeptArena {
   private heldBytes = 0;
 
   /**
-   * @param bytesMax the budget (CHAT_PREFIX_CACHE_MB): whole blocks of it are taken now and
-   *   written once on a thread of its own (`touched`), so that no keep faults them in; the
-   *   worker goes on loading meanwhile
+   * @param bytesAtLoad the budget (CHAT_PREFIX_CACHE_MB; InitMsg.keptBytesAtLoad): whole blocks of
+   *   it are taken now and written once on a thread of its own (`touched`), so that no keep faults
+   *   them in; the worker goes on loading meanwhile. More is taken as keeps need it (take).
    * @param onTouchError told why the pages could not be written ahead (each keep then faults its own)
    */
   constructor(
     private readonly layout: KeptArenaLayout,
-    bytesMax: number,
+    bytesAtLoad: number,
     onTouchError: (message: string) => void = () => {},
   ) {
     this.blockFloats = 2 * layout.layers * layout.kvHeads * KEPT_BLOCK_POSITIONS * layout.headDim;
-    const blocks = Math.floor(bytesMax / (this.blockFloats * 4));
+    const blocks = Math.floor(bytesAtLoad / (this.blockFloats * 4));
     if (blocks === 0) return;
     const shared = new SharedArrayBuffer(blocks * this.blockFloats * 4);
     this.add(new Float32Array(shared));
@@ -122,10 +122,11 @@ export class KeptArena {
    * `n` blocks: the first free extent that holds them all, so that a generation's copy is one run
    * per layer and head (a block a run costs ~3x the time of one copy: 600 positions of m25 kept in
    * 2.5-4.6 ms in blocks of 16, against 1.2-1.4 in one run), else the largest extents first. Where
-   * the budget's blocks are all held, more memory is taken: the worker keeps a generation when it
-   * ends, before the scheduler has freed the least recently used ones that make room for it
-   * (kept-prompts.ts trim), so the arena ends up holding the budget and what keeps run ahead of
-   * their evictions, and reuses all of it from then on.
+   * the blocks taken so far are all held, more memory is taken: a budget larger than what was taken
+   * at load fills this way, and the worker keeps a generation when it ends, before the scheduler has
+   * freed the least recently used ones that make room for it (kept-prompts.ts trim), so the arena
+   * ends up holding the budget and what keeps run ahead of their evictions, and reuses all of it
+   * from then on.
    */
   private take(n: number): Extent[] {
     const whole = this.free.findIndex((e) => e.count >= n);

@@ -68,6 +68,8 @@ export interface InitMsg {
    * `free` of it says what the scheduler does with it (kept-prompts.ts).
    */
   keptBytesMax: number;
+  /** Of keptBytesMax, the bytes the worker takes when it loads (kept-arena.ts); the rest as kept generations fill it. */
+  keptBytesAtLoad: number;
 }
 
 /** Forward passes the worker has run since it started, by session: every core sleeping (wide), one thread (narrow), every core spinning (spinning), the products as int8 ones (prefill), those on spinning threads (prefillSpinning), on one thread (prefillNarrow). */

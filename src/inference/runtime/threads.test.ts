@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it, vi } from 'vitest';
-import { extraSessionsFor, memoryForModels, threadsFor } from './engine.js';
+import { extraSessionsFor, keptBytesAtLoad, memoryForModels, threadsFor } from './engine.js';
 
 /** Runs `fn` with a model file path in a fresh folder; `size` sets a file's size (sparse). */
 function withModelDir(fn: (file: string, size: (f: string, bytes: number) => void) => void): void {
@@ -68,6 +68,12 @@ describe('extraSessionsFor', () => {
       size(`${file}.data`, 1100 * 2 ** 20);
       expect(extraSessionsFor(file, 2, 'q4', allow, { memory: 2 ** 40 }).prefill).toBe(false);
     }));
+  it('takes a chat model\'s kept-generations budget at load up to an eighth of the memory', () => {
+    expect(keptBytesAtLoad(256 * 2 ** 20, 4 * 2 ** 30)).toBe(256 * 2 ** 20);
+    expect(keptBytesAtLoad(2 ** 40, 4 * 2 ** 30)).toBe(512 * 2 ** 20);
+    expect(keptBytesAtLoad(256 * 2 ** 20, 2 ** 30)).toBe(128 * 2 ** 20);
+    expect(keptBytesAtLoad(0, 2 ** 30)).toBe(0);
+  });
   it('takes the memory a container bounds the process to, or the machine\'s', () => {
     const bound = vi.spyOn(process, 'constrainedMemory');
     try {
