@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { KeptArena, type SlotView } from './kept-arena.js';
 import { KEPT_BLOCK_POSITIONS, keptBytesOf } from './kept-prompts.js';
 
-const layout = { layers: 3, kvHeads: 2, headDim: 4 };
+const layout = { layers: 3, kvHeads: 2, headDim: 4, positionsMax: 2 ** 20 };
 const bytesPerPosition = 2 * layout.layers * layout.kvHeads * layout.headDim * 4;
 const blockBytes = KEPT_BLOCK_POSITIONS * bytesPerPosition;
 
@@ -109,6 +109,13 @@ describe('kept arena', () => {
     await arena.touched;
     arena.keep(slotCache(1, 64, 0), 3);
     expect(arena.bytes).toBe(blockBytes);
+  });
+
+  it('takes at most 64 whole contexts at load, and the rest of a larger budget as keeps come', () => {
+    const arena = new KeptArena({ ...layout, positionsMax: 4 * KEPT_BLOCK_POSITIONS }, 1000 * blockBytes);
+    expect(arena.bytes).toBe(64 * 4 * blockBytes);
+    for (let i = 0; i < 70; i++) arena.keep(slotCache(1, 64, 0), 4 * KEPT_BLOCK_POSITIONS);
+    expect(arena.bytes).toBe(70 * 4 * blockBytes);
   });
 
   it('counts a kept generation in whole blocks, as the scheduler’s budget does', () => {

@@ -37,7 +37,18 @@ export interface KeptArenaLayout {
   layers: number;
   kvHeads: number;
   headDim: number;
+  /** The model's context: what one generation can hold at most. */
+  positionsMax: number;
 }
+
+/**
+ * At most this many whole contexts of the budget are taken at load; a budget that holds more
+ * takes the rest as it fills. A small model's positions are cheap: stories260K's default budget
+ * would hold ~200,000 positions, 400 of its contexts, and writing all of it ahead cost each
+ * load ~0.7 s here (the test suite loads such models by the dozen). 64 contexts of m25 are 2 GiB,
+ * past the default budget: at that size and up the whole default is taken.
+ */
+const KEPT_AT_LOAD_CONTEXTS_MAX = 64;
 
 /**
  * Bytes between two pages the toucher writes: the kernel's page size on x86-64 and most arm64
@@ -65,7 +76,7 @@ export class KeptArena {
 
   /**
    * @param bytesAtLoad the budget (CHAT_PREFIX_CACHE_MB; InitMsg.keptBytesAtLoad): whole blocks of
-   *   it are taken now and written once on a thread of its own (`touched`), so that no keep faults
+   *   it, up to KEPT_AT_LOAD_CONTEXTS_MAX contexts, are taken now and written once on a thread of its own (`touched`), so that no keep faults
    *   them in; the worker goes on loading meanwhile. More is taken as keeps need it (take).
    * @param onTouchError told why the pages could not be written ahead (each keep then faults its own)
    */
@@ -75,7 +86,7 @@ export class KeptArena {
     onTouchError: (message: string) => void = () => {},
   ) {
     this.blockFloats = 2 * layout.layers * layout.kvHeads * KEPT_BLOCK_POSITIONS * layout.headDim;
-    const blocks = Math.floor(bytesAtLoad / (this.blockFloats * 4));
+    const blocks = Math.min(Math.floor(bytesAtLoad / (this.blockFloats * 4)), Math.ceil((KEPT_AT_LOAD_CONTEXTS_MAX * layout.positionsMax) / KEPT_BLOCK_POSITIONS));
     if (blocks === 0) return;
     const shared = new SharedArrayBuffer(blocks * this.blockFloats * 4);
     this.add(new Float32Array(shared));

@@ -78,7 +78,7 @@ describe('slot-cache graph and KvSlots', () => {
     // Sequence 2's tokens so far (promptsBesideDecoding: a 2-token prompt, then three decode steps).
     const two = [...tok(2, 2), ...[0, 1, 2].map((i) => tok(1, 2 + i)[0]!)];
     const len = sl.len(2);
-    const arena = new KeptArena({ layers: 2, kvHeads: 2, headDim: headSize(ck.config) }, 0);
+    const arena = new KeptArena({ layers: 2, kvHeads: 2, headDim: headSize(ck.config), positionsMax: 160 }, 0);
     const kept = sl.takeOut(2, arena)!;
     expect([kept.len, sl.has(2), sl.live]).toEqual([len, false, 3]);
     expect(kept.extents).toEqual([{ block: 0, count: Math.ceil(len / KEPT_BLOCK_POSITIONS) }]);

@@ -108,7 +108,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   w.peers = new WorkerPeers(msg.peers);
   const warn = (message: string) => port.postMessage({ type: 'warning', message } satisfies WorkerEvent);
   // A slot cache on the host keeps generations (below); on the CPU that is known once the first session has loaded.
-  const keptArena = (arch: Arch) => (w.arena ??= new KeptArena(arch, msg.keptBytesAtLoad, warn));
+  const keptArena = (arch: Arch) => (w.arena ??= new KeptArena({ ...arch, positionsMax: msg.positionsMax }, msg.keptBytesAtLoad, warn));
   Object.assign(w, await loadModel(msg, warn, (arch, slotCache) => void (msg.keptBytesMax > 0 && slotCache && arch.provider === 'cpu' && keptArena(arch))));
   if (Object.values(w.loaded).some(Boolean)) w.choice = new SessionChoice();
   if (w.branchPrefill) w.branchChoice = new SessionChoice();
