@@ -76,8 +76,9 @@ export class KeptArena {
 
   /**
    * @param bytesAtLoad the budget (CHAT_PREFIX_CACHE_MB; InitMsg.keptBytesAtLoad): whole blocks of
-   *   it, up to KEPT_AT_LOAD_CONTEXTS_MAX contexts, are taken now and written once on a thread of its own (`touched`), so that no keep faults
-   *   them in; the worker goes on loading meanwhile. More is taken as keeps need it (take).
+   *   it, up to KEPT_AT_LOAD_CONTEXTS_MAX contexts, are taken now and written once on a thread of
+   *   its own (`touched`), so that no keep faults them in; the worker goes on loading meanwhile.
+   *   More is taken as keeps need it (take).
    * @param onTouchError told why the pages could not be written ahead (each keep then faults its own)
    */
   constructor(
@@ -90,11 +91,18 @@ export class KeptArena {
     if (blocks === 0) return;
     const shared = new SharedArrayBuffer(blocks * this.blockFloats * 4);
     this.add(new Float32Array(shared));
+    const unwritten = (e: Error) => onTouchError(`kept generations' memory not written ahead (${e.message}); each keep faults its own pages`);
     this.touched = new Promise<void>((resolve) => {
-      const toucher = new Worker(TOUCHER_SOURCE, { eval: true, workerData: shared });
-      toucher.unref();
-      toucher.once('error', (e) => onTouchError(`kept generations' memory not written ahead (${e.message}); each keep faults its own pages`));
-      toucher.once('exit', () => resolve());
+      try {
+        const toucher = new Worker(TOUCHER_SOURCE, { eval: true, workerData: shared });
+        toucher.unref();
+        toucher.once('error', unwritten);
+        toucher.once('exit', () => resolve());
+      } catch (e) {
+        // No thread to spare (a process at its limit): the arena serves all the same.
+        unwritten(e as Error);
+        resolve();
+      }
     });
   }
 

@@ -43,9 +43,9 @@ export const KEPT_PROMPT_REUSE_OVER_REST_MIN = 0.5;
 
 /**
  * A kept generation's memory comes in blocks of this many positions (kept-arena.ts), as vLLM's
- * prefix cache keeps blocks of 16 tokens: a block's copy is one contiguous run per layer and head,
- * and freed blocks serve any later generation whatever its length. A generation's last block is
- * part empty: a 30-token chat turn takes 32 positions' memory.
+ * prefix cache keeps blocks of 16 tokens: freed blocks serve any later generation whatever its
+ * length, and a generation in one run of blocks copies as one run per layer and head. Its last
+ * block is part empty: a 30-token chat turn takes 32 positions' memory.
  */
 export const KEPT_BLOCK_POSITIONS = 16;
 

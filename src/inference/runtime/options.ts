@@ -51,7 +51,8 @@ export interface EngineOptions {
    * starts from their cache and runs only the rest (kept-prompts.ts), least recently used first
    * out. A kept generation costs its keys and values once: 32 KiB a position at m25, so the
    * default holds ~8,000 positions there, ~1,300 at a 450M model. Taken when the model loads
-   * (kept-arena.ts), as llama.cpp and vLLM take their caches' memory. 0 keeps none. CHAT_PREFIX_CACHE_MB.
+   * (kept-arena.ts; up to an eighth of the process's memory and 64 of the model's contexts, the
+   * rest as it fills), as llama.cpp and vLLM take their caches' memory. 0 keeps none. CHAT_PREFIX_CACHE_MB.
    */
   chatPrefixCacheBytesMax: number;
 }
