@@ -1,7 +1,28 @@
 import ort from 'onnxruntime-node';
 import { ResidentSlots, type ResidentLayoutOf, type ResidentSessions } from '../src/inference/runtime/kv-resident.js';
+import { withRewrittenGraphConfig } from '../src/inference/runtime/external-data.js';
+import { benchArgs, wholeFlag, wholeListFlag } from './lib.js';
 
 // Shared by the webgpu benchmarks that run a slot graph's device-cache sessions themselves.
+
+export const WEBGPU: ort.InferenceSession.SessionOptions = { executionProviders: ['webgpu'] };
+
+/**
+ * The flags of a device-cache benchmark: --model (a slot graph), --rows (a list), --steps and
+ * --rounds (the first round warms and is not counted, so at least 2).
+ */
+export function deviceBenchFlags(rowsFallback: number[]): { file: string; rows: number[]; steps: number; rounds: number } {
+  const args = benchArgs();
+  const file = args.get('model');
+  if (!file) throw new Error("--model: a converted chat model's slot-cache graph (model*.onnx)");
+  const rows = args.has('rows') ? wholeListFlag(args, 'rows', 1, 1) : rowsFallback;
+  return { file, rows, steps: wholeFlag(args, 'steps', 40, 1), rounds: wholeFlag(args, 'rounds', 5, 2) };
+}
+
+/** A step session of a device-cache graph (resident-graph.ts) of `file`, its logits read back ('cpu') or left on the device. */
+export function residentStep(graph: Uint8Array, file: string, logits: 'cpu' | 'gpu-buffer'): Promise<ort.InferenceSession> {
+  return ort.InferenceSession.create(graph, withRewrittenGraphConfig({ ...WEBGPU, preferredOutputLocation: { logits, kv_cache_out: 'gpu-buffer' as const } }, file));
+}
 
 /** The cache layout of a converted chat model's slot graph, read from its inputs (as the worker's archOf reads its inputs). */
 export async function slotGraphLayout(file: string): Promise<ResidentLayoutOf> {

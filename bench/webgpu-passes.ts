@@ -4,9 +4,8 @@ import onnxProto from 'onnx-proto';
 import { residentSessions, type ResidentSessions } from '../src/inference/runtime/kv-resident.js';
 import { residentGraph } from '../src/inference/runtime/resident-graph.js';
 import { DEVICE_PASSES } from '../src/inference/runtime/device-passes.js';
-import { withRewrittenGraphConfig } from '../src/inference/runtime/external-data.js';
 import { benchArgs, fmt, machine, median, threadCpuMs } from './lib.js';
-import { decodeStepMs, logitsUnread, slotGraphLayout } from './slot-graph.js';
+import { decodeStepMs, deviceBenchFlags, logitsUnread, residentStep, slotGraphLayout, WEBGPU } from './slot-graph.js';
 
 // What the device passes (runtime/device-passes.ts) save a decode step of the device-cache graph
 // on webgpu. Variants: no pass, then the passes added one at a time in their order (the last is
@@ -23,16 +22,12 @@ import { decodeStepMs, logitsUnread, slotGraphLayout } from './slot-graph.js';
 // Usage: node dist/bench/webgpu-passes.js --model DIR/model_q4.onnx [--rows 1,16,64] [--steps 40] [--rounds 5] [--sets 0,1,12,123]
 
 const args = benchArgs();
-const file = args.get('model');
-if (!file) throw new Error('--model: a converted chat model\'s slot-cache graph (model*.onnx)');
-const ROWS = (args.get('rows') ?? '1,16,64').split(',').map(Number);
-const STEPS = Number(args.get('steps') ?? 40);
-const ROUNDS = Number(args.get('rounds') ?? 5);
-const webgpu: ort.InferenceSession.SessionOptions = { executionProviders: ['webgpu'] };
+const { file, rows: ROWS, steps: STEPS, rounds: ROUNDS } = deviceBenchFlags([1, 16, 64]);
 
 const layout = await slotGraphLayout(file);
 // The grow graph as served; the served step session is not one of the variants.
-const served = (await residentSessions(file, layout, webgpu))!;
+const served = await residentSessions(file, layout, WEBGPU);
+if (!served) throw new Error(`${file} has no single new_key_values output: convert it again`);
 await served.step.release();
 const grow = served.grow;
 const bytes = fs.readFileSync(file);
@@ -50,12 +45,11 @@ for (const set of SETS) {
   if (chosen.some((p) => !p)) throw new Error(`--sets: ${set} names no pass (1 to ${DEVICE_PASSES.length}, or 0 for none)`);
   const passes = chosen as typeof DEVICE_PASSES;
   const graph = residentGraph(bytes, layout, passes)!;
-  const session = (where: 'cpu' | 'gpu-buffer') => ort.InferenceSession.create(graph, withRewrittenGraphConfig({ ...webgpu, preferredOutputLocation: { logits: where, kv_cache_out: 'gpu-buffer' as const } }, file));
   variants.push({
     name: passes.length ? passes.map((p) => p.name).join(' + ') : 'no pass',
     nodes: onnxProto.onnx.ModelProto.decode(graph).graph!.node!.length,
-    served: { step: await session('cpu'), grow },
-    unread: { step: await session('gpu-buffer'), grow },
+    served: { step: await residentStep(graph, file, 'cpu'), grow },
+    unread: { step: await residentStep(graph, file, 'gpu-buffer'), grow },
   });
 }
 

@@ -2,9 +2,8 @@ import fs from 'node:fs';
 import ort from 'onnxruntime-node';
 import { residentSessions, type ResidentSessions } from '../src/inference/runtime/kv-resident.js';
 import { residentGraph } from '../src/inference/runtime/resident-graph.js';
-import { withRewrittenGraphConfig } from '../src/inference/runtime/external-data.js';
-import { benchArgs, fmt, machine, median } from './lib.js';
-import { decodeStepMs, logitsUnread, slotGraphLayout } from './slot-graph.js';
+import { fmt, machine, median } from './lib.js';
+import { decodeStepMs, deviceBenchFlags, logitsUnread, residentStep, slotGraphLayout, WEBGPU } from './slot-graph.js';
 import { GraphBuilder } from '../src/inference/convert/onnx-graph.js';
 
 // Where a decode step of the device-cache graph spends its time on webgpu (one stream on an H200
@@ -18,19 +17,13 @@ import { GraphBuilder } from '../src/inference/convert/onnx-graph.js';
 //   floor of any step that returns to the host.
 // Usage: node dist/bench/webgpu-sync.js --model DIR/model_q4.onnx [--rows 1,16] [--steps 40] [--rounds 5]
 
-const args = benchArgs();
-const file = args.get('model');
-if (!file) throw new Error('--model: a converted chat model\'s slot-cache graph (model*.onnx)');
-const ROWS = (args.get('rows') ?? '1,16').split(',').map(Number);
-const STEPS = Number(args.get('steps') ?? 40);
-const ROUNDS = Number(args.get('rounds') ?? 5);
-const webgpu: ort.InferenceSession.SessionOptions = { executionProviders: ['webgpu'] };
+const { file, rows: ROWS, steps: STEPS, rounds: ROUNDS } = deviceBenchFlags([1, 16]);
 
 const layout = await slotGraphLayout(file);
-const served = await residentSessions(file, layout, webgpu);
+const served = await residentSessions(file, layout, WEBGPU);
 if (!served) throw new Error(`${file} has no single new_key_values output: convert it again`);
 const unread: ResidentSessions = {
-  step: await ort.InferenceSession.create(residentGraph(fs.readFileSync(file), layout)!, withRewrittenGraphConfig({ ...webgpu, preferredOutputLocation: { logits: 'gpu-buffer', kv_cache_out: 'gpu-buffer' } as const }, file)),
+  step: await residentStep(residentGraph(fs.readFileSync(file), layout)!, file, 'gpu-buffer'),
   grow: served.grow,
 };
 
@@ -45,7 +38,7 @@ async function oneAdd(): Promise<ort.InferenceSession> {
   const x = gb.input('x', 'float32', ['rows', 'vocab']);
   gb.op('Add', [x, x], {}, ['y']);
   gb.output('y', 'float32', ['rows', 'vocab']);
-  return ort.InferenceSession.create(gb.encode({ graphName: 'one-add', opset: 17, producer: 'cloudgate' }).model, webgpu);
+  return ort.InferenceSession.create(gb.encode({ graphName: 'one-add', opset: 17, producer: 'cloudgate' }).model, WEBGPU);
 }
 const add = await oneAdd();
 const vocab = 512;

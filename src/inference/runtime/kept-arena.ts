@@ -72,7 +72,6 @@ export class KeptArena {
   /** Free extents by block, none adjacent within a segment (release merges them). */
   private readonly free: Extent[] = [];
   private readonly blockFloats: number;
-  private heldBytes = 0;
 
   /**
    * @param bytesAtLoad the budget (CHAT_PREFIX_CACHE_MB; InitMsg.keptBytesAtLoad): whole blocks of
@@ -111,7 +110,7 @@ export class KeptArena {
 
   /** Bytes taken: the budget's blocks, and any taken past it (take). */
   get bytes(): number {
-    return this.heldBytes;
+    return this.blocks * this.blockFloats * 4;
   }
 
   /** Blocks no kept generation holds, and the free extents they lie in. */
@@ -187,7 +186,6 @@ export class KeptArena {
     this.segments.push({ floats, first: this.blocks });
     this.give({ block: this.blocks, count });
     this.blocks += count;
-    this.heldBytes += floats.byteLength;
   }
 
   /** Between a kept generation's extents and a slot, `n` positions; `out`: slot to extents. */

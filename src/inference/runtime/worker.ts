@@ -13,7 +13,7 @@ import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
 import { PEERS_REST_AFTER_IDLE_MS, WorkerPeers } from './peers.js';
-import { medianOf, SessionChoice, sessionsFor, type LoadedSessions, type SessionKind } from './session-choice.js';
+import { medianOf, SessionChoice, sessionsFor, type LoadedSessions } from './session-choice.js';
 import { inStepBudget } from './options.js';
 import { fp16BitsToFp32 } from '../convert/quantize.js';
 import { sharedNow, TOKENS_POSTED_AT_ONCE, TokenPosts } from './token-posts.js';
