@@ -1,6 +1,6 @@
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchArgs, benchKey, envOf, fmt, latencyC1, load, machine, startBare, sweep } from './lib.js';
+import { benchArgs, benchKey, chatStream, envOf, fmt, latencyC1, latencyPairedC1, load, machine, startBare, sweep, type LatencyC1 } from './lib.js';
 
 // Gateway overhead: an authenticated GET through the daemon against a bare
 // uWS server answering the same bytes, in one run on one machine.
@@ -62,15 +62,11 @@ function generateHere(d: { inferenceUrl: string }, key: string, n: number, model
   const isReady = new Promise<void>((r) => (ready = r));
   const one = async () => {
     for (let done = 0; !stopping; ) {
-      const r = await fetch(`${d.inferenceUrl}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ model, stream: true, max_tokens: 64, temperature: 0, messages: [{ role: 'user', content: 'Once upon a time' }], stream_options: { include_usage: true } }),
-      });
-      const text = await r.text();
-      const usage = /"completion_tokens":(\d+)/.exec(text);
-      if (r.status !== 200 || !usage) throw new Error(`chat answered ${r.status}: ${text.slice(0, 200)}`);
-      tokens += Number(usage[1]);
+      // The benchmarks' light client (lib.ts chatStream): fetch's stream machinery took ~2.7 s of
+      // CPU in 10 s for 16 streams, CPU the daemon's HTTP thread then waited for.
+      const r = await chatStream(`${d.inferenceUrl}/v1/chat/completions`, key, 'Once upon a time', { model, maxTokens: 64, firstToken: false });
+      if (!r.tokens) throw new Error('a chat stream ended without its usage');
+      tokens += r.tokens; // not `tokens += await ...`: that reads the sum before the await
       if (++done === READY_AFTER_REQUESTS && ++finishedTwo === n) ready();
     }
   };
@@ -100,8 +96,7 @@ async function busy(): Promise<void> {
       // to 0.4 ms over three runs of 3,000): compiled code and caches warming. Not measured.
       await latencyC1(url, headers, 6000);
       await latencyC1(bare.url, headers, 2000);
-      const idleGw = await latencyC1(url, headers, n);
-      const idleBare = await latencyC1(bare.url, headers, n);
+      const [idleGw, idleBare] = await latencyPairedC1([url, bare.url], headers, n);
       const gen = generators(d, key, generate, model);
       // Measured once every stream has finished two requests, a second after: the first seconds of
       // 16 clients starting at once (their own start-up, the chat path's first compilation, the
@@ -111,22 +106,20 @@ async function busy(): Promise<void> {
       await gen.ready;
       await new Promise((r) => setTimeout(r, 1000));
       // The probe's own start under the load, not measured: whichever server it measured first
-      // took a p99 2-3x its later rounds, the bare server too when it went first (bench/README.md
-      // "The probe's first round"), so that round had been the gateway's alone.
-      await latencyC1(url, headers, PROBE_WARM_REQUESTS);
-      await latencyC1(bare.url, headers, PROBE_WARM_REQUESTS);
+      // took a p99 2-3x its later rounds (bench/README.md "The probe's first round").
+      await latencyPairedC1([url, bare.url], headers, PROBE_WARM_REQUESTS);
       const startMs = performance.now() - t00;
       const t0 = performance.now();
       gen.mark(); // the rate below is over the measurement only, not the start before it
-      // Rounds of both servers, so both meet the same minutes of the load, the gateway first in
-      // every other round; the figure is the p99 of all the rounds' requests together, and each
-      // round's is shown too.
-      const gws: Awaited<ReturnType<typeof latencyC1>>[] = [];
-      const bss: Awaited<ReturnType<typeof latencyC1>>[] = [];
+      // Each round sends the two servers requests in pairs, so both meet the same moments of the
+      // load (lib.ts latencyPairedC1); the figure is the p99 of all the rounds' requests
+      // together, and each round's is shown too.
+      const gws: LatencyC1[] = [];
+      const bss: LatencyC1[] = [];
       for (let r = 0; r < rounds; r++) {
-        if (r % 2 === 0) gws.push(await latencyC1(url, headers, n));
-        bss.push(await latencyC1(bare.url, headers, n));
-        if (r % 2 === 1) gws.push(await latencyC1(url, headers, n));
+        const [g, b] = await latencyPairedC1([url, bare.url], headers, n);
+        gws.push(g);
+        bss.push(b);
       }
       const tokens = await gen.stop();
       const secs = (performance.now() - t0) / 1000;
@@ -140,8 +133,8 @@ async function busy(): Promise<void> {
           `machine: ${machine()}`,
           `GET ${busyPath} at concurrency 1 (${n} requests per figure), ${model}, ORT_INTRA_OP_THREADS=${env.ORT_INTRA_OP_THREADS ?? 'default'}, MODEL_THREADS_NICE=${process.env.MODEL_THREADS_NICE ?? 'default'}`,
           `idle: gateway p50 ${fmt(idleGw.p50Us)} us p99 ${fmt(idleGw.p99Us)} us | bare p50 ${fmt(idleBare.p50Us)} us p99 ${fmt(idleBare.p99Us)} us | added p99 ${fmt((idleGw.p99Us - idleBare.p99Us) / 1000, 3)} ms`,
-          `${generate} streams generating, measured from ${fmt(startMs / 1000, 1)} s after they started, ${rounds} rounds of ${n} requests each (~${fmt(tokens / secs)} tokens/s over the measurement): gateway p50 ${fmt(gw.p50Us)} us p99 ${fmt(gw.p99Us)} us | bare p50 ${fmt(bs.p50Us)} us p99 ${fmt(bs.p99Us)} us | added p99 ${fmt((gw.p99Us - bs.p99Us) / 1000, 3)} ms`,
-          `  each round's added p99 (ms; the gateway first in the 1st, 3rd, ...): ${gws.map((g, i) => fmt((g.p99Us - bss[i]!.p99Us) / 1000, 3)).join(', ')}`,
+          `${generate} streams generating, measured from ${fmt(startMs / 1000, 1)} s after they started, ${rounds} rounds of ${n} request pairs (~${fmt(tokens / secs)} tokens/s over the measurement): gateway p50 ${fmt(gw.p50Us)} us p99 ${fmt(gw.p99Us)} us | bare p50 ${fmt(bs.p50Us)} us p99 ${fmt(bs.p99Us)} us | added p99 ${fmt((gw.p99Us - bs.p99Us) / 1000, 3)} ms`,
+          `  each round's added p99 (ms; requests in pairs, one to each server): ${gws.map((g, i) => fmt((g.p99Us - bss[i]!.p99Us) / 1000, 3)).join(', ')}`,
         ].join('\n'),
       );
     } finally {

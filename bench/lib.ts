@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import { spawn, type ChildProcess } from 'node:child_process';
 import http from 'node:http';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -77,36 +78,107 @@ function simd(): string {
 
 export const fmt = (n: number, d = 0) => n.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d });
 
+/** Latencies at concurrency 1, in microseconds: their p50, p99 and rate, and every sample (sorted). */
+export interface LatencyC1 {
+  p50Us: number;
+  p99Us: number;
+  rps: number;
+  samplesUs: Float64Array;
+}
+
+/**
+ * One keep-alive socket to `url`: `once` sends a GET and resolves at its answer's end.
+ * HTTP/1.1 written and read by hand on a bare socket: node:http's client took ~200 us of
+ * CPU a request, and with the probe on the same 2-core machine as the server it measures,
+ * the probe's own work was the largest thing that took the daemon's HTTP thread off its
+ * core (bench/README.md "A lighter probe"). An answer must carry a Content-Length, as both
+ * servers' do.
+ */
+async function probe(url: string, headers: Record<string, string>): Promise<{ once: () => Promise<void>; close: () => void }> {
+  const u = new URL(url);
+  const sock = net.connect({ host: u.hostname, port: Number(u.port), noDelay: true });
+  await new Promise<void>((resolve, reject) => sock.once('connect', resolve).once('error', reject));
+  const request = Buffer.from(
+    [`GET ${u.pathname}${u.search} HTTP/1.1`, `Host: ${u.host}`, ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`), '', ''].join('\r\n'),
+  );
+  let pending: { resolve: () => void; reject: (e: Error) => void } | undefined;
+  let buf: Buffer = Buffer.alloc(0);
+  const fail = (e: Error) => {
+    const p = pending;
+    pending = undefined;
+    p?.reject(e);
+  };
+  sock.on('data', (chunk: Buffer) => {
+    buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
+    const head = buf.indexOf('\r\n\r\n');
+    if (head < 0 || !pending) return;
+    const headText = buf.subarray(0, head).toString('latin1');
+    const status = Number(headText.slice(9, 12));
+    const length = /\r\ncontent-length: *(\d+)/i.exec(headText);
+    if (!length) return fail(new Error(`${url} answered without a Content-Length during the latency run`));
+    const end = head + 4 + Number(length[1]);
+    if (buf.length < end) return;
+    buf = buf.subarray(end);
+    if (status !== 200) return fail(new Error(`${url} answered ${status} during the latency run`));
+    const p = pending;
+    pending = undefined;
+    p.resolve();
+  });
+  sock.on('error', fail);
+  sock.on('close', () => fail(new Error(`${url} closed the connection during the latency run`)));
+  const once = () =>
+    new Promise<void>((resolve, reject) => {
+      pending = { resolve, reject };
+      sock.write(request);
+    });
+  return { once, close: () => sock.destroy() };
+}
+
+const summary = (t: Float64Array, ms: number): LatencyC1 => {
+  t.sort();
+  return { p50Us: t[Math.floor(t.length * 0.5)]!, p99Us: t[Math.floor(t.length * 0.99)]!, rps: (t.length / ms) * 1000, samplesUs: t };
+};
+
 /**
  * Latency at concurrency 1 with microsecond resolution (autocannon rounds to
  * whole milliseconds): `count` sequential requests on one keep-alive socket.
  */
-export async function latencyC1(url: string, headers: Record<string, string>, count: number): Promise<{ p50Us: number; p99Us: number; rps: number; samplesUs: Float64Array }> {
-  const http = await import('node:http');
-  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
-  const u = new URL(url);
-  const once = () =>
-    new Promise<void>((resolve, reject) => {
-      const req = http.request({ host: u.hostname, port: u.port, path: u.pathname + u.search, headers, agent }, (res) => {
-        if (res.statusCode !== 200) reject(new Error(`${url} answered ${res.statusCode} during the latency run`));
-        res.on('data', () => {});
-        res.on('end', resolve);
-      });
-      req.on('error', reject);
-      req.end();
-    });
-  for (let i = 0; i < 200; i++) await once(); // warm-up
+export async function latencyC1(url: string, headers: Record<string, string>, count: number): Promise<LatencyC1> {
+  const p = await probe(url, headers);
+  for (let i = 0; i < 200; i++) await p.once(); // warm-up
   const t = new Float64Array(count);
   const start = performance.now();
   for (let i = 0; i < count; i++) {
     const s = performance.now();
-    await once();
+    await p.once();
     t[i] = (performance.now() - s) * 1000;
   }
   const total = performance.now() - start;
-  agent.destroy();
-  t.sort();
-  return { p50Us: t[Math.floor(count * 0.5)]!, p99Us: t[Math.floor(count * 0.99)]!, rps: (count / total) * 1000, samplesUs: t };
+  p.close();
+  return summary(t, total);
+}
+
+/**
+ * Latency at concurrency 1 of two servers in the same moments: `count` pairs of sequential
+ * requests, one to each (which goes first alternates), each on its own keep-alive socket. Under
+ * a load whose pace drifts over seconds (a shared VM's neighbours, the model's steps), rounds
+ * of one server then the other met different minutes of it; pairs meet the same ones.
+ */
+export async function latencyPairedC1(urls: [string, string], headers: Record<string, string>, count: number): Promise<[LatencyC1, LatencyC1]> {
+  const ps = await Promise.all(urls.map((u) => probe(u, headers)));
+  for (let i = 0; i < 200; i++) for (const p of ps) await p.once(); // warm-up
+  const t = [new Float64Array(count), new Float64Array(count)];
+  const start = performance.now();
+  for (let i = 0; i < count; i++) {
+    for (const k of i % 2 ? [1, 0] : [0, 1]) {
+      const s = performance.now();
+      await ps[k]!.once();
+      t[k]![i] = (performance.now() - s) * 1000;
+    }
+  }
+  const total = performance.now() - start;
+  for (const p of ps) p.close();
+  return [summary(t[0]!, total), summary(t[1]!, total)];
 }
 
 /**
