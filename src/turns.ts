@@ -1,11 +1,15 @@
-// Costly request work, one request per turn of the event loop. Requests that arrive
-// together (16 streaming clients whose completions end on the same step send their next
-// request at once) were admitted back to back in one stretch of the HTTP thread: each is
-// ~0.3-1 ms of parsing, tokenising and admission, and a request behind them, however
-// cheap (GET /v1/models), waited for all of them (bursts of 5-40 ms in a CPU profile of
-// the daemon at 16 streams, bench/README.md "Turns"). A request that takes its turn waits
-// for the next turn that has none taken: in between, the loop reads its sockets again and
-// answers what arrived meanwhile.
+// The HTTP thread's costly work, cut into turns of its event loop. Between two turns the
+// loop reads its sockets again and answers what arrived meanwhile, so a cheap request
+// (GET /v1/models) waits for one turn, not for every piece of work that was ready with it
+// (the gateway's added p99 while 16 streams generate, bench/README.md "Turns" and
+// "Readers woken a few a turn").
+//
+// An immediate set from an immediate runs in the next turn, after its I/O: each kind of
+// work below chains its turns that way.
+
+// Requests. Those that arrive together (16 streaming clients whose completions end on the
+// same step send their next request at once) were admitted back to back in one stretch:
+// each is ~0.3-1 ms of parsing, tokenising and admission.
 
 const waiting: Array<() => void> = [];
 let scheduled = false;
@@ -13,7 +17,6 @@ let scheduled = false;
 /** Lets one waiter go, then, from the next turn of the loop, the next one. */
 function release(): void {
   waiting.shift()?.();
-  // An immediate set from an immediate runs in the next turn, after its I/O.
   if (waiting.length) setImmediate(release);
   else scheduled = false;
 }
@@ -27,4 +30,56 @@ export function takeTurn(): Promise<void> {
       setImmediate(release);
     }
   });
+}
+
+// Readers of token streams. A decode step of 16 rows hands 16 readers a token at once, and
+// each reader's turn of work (its text, its SSE frame as JSON, the frame queued) is
+// ~20-40 us on a 2-core VM: woken together they ran as one stretch of the loop, with the
+// step's own bookkeeping before them, up to 1-2.5 ms on the CPU (a Zen 3, stories260K at
+// ~7,000 tokens/s).
+
+/**
+ * Readers woken in one turn of the loop: a turn of 4 readers is ~0.1-0.2 ms. One or a few
+ * streams are woken at once, as before; a larger batch's readers take several turns, the
+ * last of 16 a few tenths of a millisecond later, well within a step of 16 rows (~2 ms of
+ * stories260K, 7-10 ms of a 25M model).
+ */
+export const READERS_WOKEN_PER_TURN = 4;
+
+/** A reader that waits for its next event: `wake` is set while it waits. */
+export interface Reader {
+  wake: (() => void) | undefined;
+}
+
+const readers: Reader[] = [];
+const readerQueued = new Set<Reader>();
+let wokenThisTurn = 0;
+let readerTurnScheduled = false;
+
+/** Wakes the first readers of each turn at once; the rest wait for the next turns, in order. */
+export function wakeReader(r: Reader): void {
+  if (readerQueued.has(r)) return;
+  if (!readers.length && wokenThisTurn < READERS_WOKEN_PER_TURN) {
+    wokenThisTurn++;
+    r.wake?.();
+  } else {
+    readers.push(r);
+    readerQueued.add(r);
+  }
+  if (!readerTurnScheduled) {
+    readerTurnScheduled = true;
+    setImmediate(readerTurn);
+  }
+}
+
+/** A turn of readers: the next few queued. It runs once more after any turn that woke some, to start the next turn's count. */
+function readerTurn(): void {
+  const now = readers.splice(0, READERS_WOKEN_PER_TURN);
+  wokenThisTurn = now.length;
+  for (const r of now) {
+    readerQueued.delete(r);
+    r.wake?.();
+  }
+  if (wokenThisTurn) setImmediate(readerTurn);
+  else readerTurnScheduled = false;
 }

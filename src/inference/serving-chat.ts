@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { ApiError, invalid } from '../errors.js';
 import type { Ctx } from '../http/context.js';
 import type { Reply } from '../http/router.js';
-import { takeTurn } from '../http/turns.js';
+import { takeTurn } from '../turns.js';
 import { parse } from '../http/validate.js';
 import type { Cuts, GenerateEvent, InferenceEngine, LogitAdjust, ServedModel, TokenLogprob, TokenUsage } from './engine-api.js';
 import type { Policies } from './policy-api.js';
@@ -69,7 +69,7 @@ export function noteUsage(ctx: Ctx, u: TokenUsage): void {
 
 export async function serveChat(ctx: Ctx, engine: InferenceEngine, policies: Policies, screen: BodyScreen): Promise<Reply | undefined> {
   const body = await screen.json(ctx, 'chat');
-  await takeTurn(); // parsing, tokenising and admission: one request a turn (http/turns.ts)
+  await takeTurn(); // parsing, tokenising and admission: one request a turn (src/turns.ts)
   const req = parse(ChatCompletionRequest, body);
   if (!req.stream) ctx.useDefaultDeadline();
   const model = resolveModel(engine, req.model, 'chat');

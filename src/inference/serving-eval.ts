@@ -3,7 +3,7 @@ import { ApiError, invalid, withHeaders } from '../errors.js';
 import { log } from '../log.js';
 import type { Ctx } from '../http/context.js';
 import type { Reply } from '../http/router.js';
-import { takeTurn } from '../http/turns.js';
+import { takeTurn } from '../turns.js';
 import { parse } from '../http/validate.js';
 import type { InferenceEngine } from './engine-api.js';
 import { planEvaluation } from './evaluator/evaluate.js';
@@ -31,7 +31,7 @@ export async function serveEvaluation(
   ctx.note({ inferenceId, stream: false });
   try {
     const body = await screen.json(ctx, 'evaluation');
-    await takeTurn(); // parsing, planning and admission: one request a turn (http/turns.ts)
+    await takeTurn(); // parsing, planning and admission: one request a turn (src/turns.ts)
     const req = parse(EvaluationRequest, body);
     const modelId = req.model ?? (gateway ? ctx.header('ai-model-id') : undefined);
     if (!modelId) throw invalid('model', gateway ? 'is required, in the body or in the ai-model-id header' : 'is required', req.model);

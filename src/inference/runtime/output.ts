@@ -1,4 +1,5 @@
 import { log } from '../../log.js';
+import { wakeReader } from '../../turns.js';
 import type { EngineFailure, GenerateEvent, GenerateRequest, TokenLogprob, TokenUsage } from '../engine-api.js';
 import { engineMetrics as M, observeFinished } from './metrics.js';
 import { endsGeneration } from './protocol.js';
@@ -20,6 +21,7 @@ export class Generation {
   produced = 0;
   /** Events made and not yet read. */
   readonly queue: GenerateEvent[] = [];
+  /** Set while its reader waits for an event (scheduler.ts events); woken a few a turn of the loop (turns.ts wakeReader). */
   wake: (() => void) | undefined;
   finished = false;
   readonly enqueuedAt = performance.now();
@@ -71,7 +73,7 @@ export class Generation {
       const rest = this.stop.flush();
       if (rest) this.queue.push({ type: 'delta', text: rest, tokenIds: [] });
     }
-    if (!finish) this.wake?.();
+    if (!finish) wakeReader(this);
     return { goesOn: !endsHere, finish };
   }
 
@@ -89,7 +91,7 @@ export class Generation {
       completionTokens: usage.outputTokens,
       finishReason,
     });
-    this.wake?.();
+    wakeReader(this);
     try {
       this.req.onEnd?.(usage);
     } catch (e) {
@@ -98,3 +100,4 @@ export class Generation {
     return true;
   }
 }
+
