@@ -42,6 +42,9 @@ export class Query {
  */
 export const KEEP_ALIVE_HINT_S = 5;
 const KEEP_ALIVE_HINT = `timeout=${KEEP_ALIVE_HINT_S}`;
+/** `write`'s settled answers, shared: one per write was garbage for the HTTP thread's collector. */
+const WRITTEN = Promise.resolve(true);
+const NOT_WRITTEN = Promise.resolve(false);
 
 /**
  * One request. Everything uWS offers only synchronously (method, url, headers)
@@ -223,17 +226,22 @@ export class Ctx {
    * without backpressure, so a slow reader slows its producer instead of
    * growing our buffers. Resolves false when the client is gone.
    */
-  async write(chunk: string): Promise<boolean> {
-    if (this.aborted) return false;
+  write(chunk: string): Promise<boolean> {
+    if (this.aborted) return NOT_WRITTEN;
     this.inspect?.event(chunk);
-    let ok = false;
-    this.res.cork(() => {
-      ok = this.res.write(chunk);
-    });
-    if (ok) return true;
-    await new Promise<void>((resolve) => (this.onWritableWaiter = resolve));
-    return !this.aborted;
+    this.writing = chunk;
+    this.res.cork(this.corkedWrite);
+    if (this.written) return WRITTEN;
+    return new Promise<void>((resolve) => (this.onWritableWaiter = resolve)).then(() => !this.aborted);
   }
+
+  /** `write`'s chunk and its answer, so that its cork callback is made once, not per write (a stream's writes are the HTTP thread's hottest path). */
+  private writing = '';
+  private written = false;
+  private readonly corkedWrite = () => {
+    this.written = this.res.write(this.writing);
+    this.writing = '';
+  };
 
   /** Ends a streamed response; safe to call twice or after the client left. */
   endStream(): void {

@@ -8,7 +8,7 @@ import type { Cuts, GenerateEvent, InferenceEngine, LogitAdjust, ServedModel, To
 import type { Policies } from './policy-api.js';
 import { ChatCompletionRequest, openAiUsage, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type LogprobItem } from './protocol.js';
 import type { BodyScreen } from './screen.js';
-import { SseStream } from './sse.js';
+import { jsonWithText, SseStream } from './sse.js';
 import { chatChars, chatMessages, checkChars, checkContext, resolveModel } from './serving-checks.js';
 import { unfinished } from './outcome.js';
 import { responseGrammar, toolCallOf, toolPlan, type ToolPlan } from './structured.js';
@@ -175,6 +175,7 @@ async function streamChat(
     choices: [{ index: 0, delta, finish_reason: finish, logprobs }],
     ...(meta.includeUsage ? { usage: null } : {}),
   });
+  const contentJson = jsonWithText((text) => chunk({ content: text }, null));
   // Headers (rate limits included) go out before the first token.
   if (!sse.start(headers)) return events.return(undefined).then(() => undefined);
   try {
@@ -202,7 +203,9 @@ async function streamChat(
           if ((ev.text || lp) && !(await sse.send(chunk(toolDelta(ev.text), null, lp)))) return;
           continue;
         }
-        if ((ev.text || lp) && !(await sse.send(chunk({ content: ev.text }, null, lp)))) return; // client gone: finally cancels
+        if (!ev.text && !lp) continue;
+        const sent = lp ? sse.send(chunk({ content: ev.text }, null, lp)) : sse.sendJson(contentJson(ev.text));
+        if (!(await sent)) return; // client gone: finally cancels
         continue;
       }
       ctx.note({ finishReason: ev.finishReason });

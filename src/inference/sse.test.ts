@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Ctx } from '../http/context.js';
-import { SseStream } from './sse.js';
+import { jsonWithText, SseStream } from './sse.js';
 
 /** A response whose writes are recorded; `stall` makes the next write wait until `drain` (a slow reader). */
 function fakeCtx() {
@@ -77,5 +77,23 @@ describe('SseStream', () => {
     f.drain(false);
     expect(await next).toBe(false);
     expect(await f.sse.send({ n: 3 })).toBe(false);
+  });
+});
+
+describe('jsonWithText', () => {
+  const chunk = (text: string) => ({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm/x', system_fingerprint: null, choices: [{ index: 0, delta: { content: text }, finish_reason: null, logprobs: null }], usage: null });
+
+  it("writes what JSON.stringify writes, for any text: quotes, escapes, control characters, lone surrogates, the template's own mark", () => {
+    const json = jsonWithText(chunk);
+    const texts = ['', 'Once', ' upon "a" time\\', '\n\t\u0000\u001f\u007f', '\ud83d\ude00 é 漢', '\ud800', 'x\udc00y', '\u2028\u2029', '\u0000cloudgate-text\u0000', '</script>'];
+    for (let i = 0; i < 2000; i++) texts.push(String.fromCharCode(...Array.from({ length: 1 + (i % 7) }, (_, k) => (i * 7919 + k * 104729) % 0x10000)));
+    for (const t of texts) expect(json(t)).toBe(JSON.stringify(chunk(t)));
+  });
+
+  it('falls back to JSON.stringify where the template holds its mark twice, or not as a string', () => {
+    const twice = (t: string) => ({ a: t, b: t });
+    expect(jsonWithText(twice)('q"')).toBe(JSON.stringify(twice('q"')));
+    const hidden = (t: string) => ({ n: t.length });
+    expect(jsonWithText(hidden)('abc')).toBe(JSON.stringify(hidden('abc')));
   });
 });
