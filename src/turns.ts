@@ -2,7 +2,7 @@
 // loop reads its sockets again and answers what arrived meanwhile, so a cheap request
 // (GET /v1/models) waits for one turn, not for every piece of work that was ready with it
 // (the gateway's added p99 while 16 streams generate, bench/README.md "Turns" and
-// "Readers woken a few a turn").
+// "The HTTP thread's turns under load").
 //
 // An immediate set from an immediate runs in the next turn, after its I/O: each kind of
 // work below chains its turns that way.

@@ -87,8 +87,8 @@ export class SseStream {
 /**
  * The JSON of `make(text)` for any `text`, as `JSON.stringify` writes it, with everything but the
  * text written once: a stream's per-token frame (serving-chat.ts), where building and writing the
- * whole chunk each token was a fifth of what the HTTP thread allocated (bench/README.md "Less
- * garbage a token"). `make` must place the string it is given once, as a JSON string value.
+ * whole chunk each token was a fifth of what the HTTP thread allocated (bench/README.md "The HTTP
+ * thread's turns under load"). `make` must place the string it is given once, as a JSON string value.
  */
 export function jsonWithText(make: (text: string) => unknown): (text: string) => string {
   const mark = '\u0000cloudgate-text\u0000';
