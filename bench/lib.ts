@@ -91,8 +91,8 @@ export interface LatencyC1 {
  * HTTP/1.1 written and read by hand on a bare socket: node:http's client took ~200 us of
  * CPU a request, and with the probe on the same 2-core machine as the server it measures,
  * the probe's own work was the largest thing that took the daemon's HTTP thread off its
- * core (bench/README.md "A lighter probe"). An answer must carry a Content-Length, as both
- * servers' do.
+ * core (bench/README.md "The HTTP thread's turns under load"). An answer must carry a
+ * Content-Length, as both servers' do.
  */
 async function probe(url: string, headers: Record<string, string>): Promise<{ once: () => Promise<void>; close: () => void }> {
   const u = new URL(url);

@@ -100,4 +100,3 @@ export class Generation {
     return true;
   }
 }
-
