@@ -1,6 +1,6 @@
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchArgs, benchKey, chatStream, envOf, fmt, latencyC1, latencyPairedC1, load, machine, startBare, sweep, type LatencyC1 } from './lib.js';
+import { benchArgs, benchKey, chatStream, envOf, fmt, latencyC1, latencyPairedC1, load, machine, startBare, sweep, wholeFlag, type LatencyC1 } from './lib.js';
 
 // Gateway overhead: an authenticated GET through the daemon against a bare
 // uWS server answering the same bytes, in one run on one machine.
@@ -15,8 +15,8 @@ const target = args.get('port') ?? 'platform';
 const routePath = args.get('path') ?? (target === 'platform' ? '/api/v1/user/teams' : '/api/v1/models');
 const seconds = Number(args.get('seconds') ?? 5);
 const P99_MS_MAX = 10; // the latency bound the throughput figure is quoted at
-const generate = Number(args.get('generate') ?? 0);
-const rounds = Number(args.get('rounds') ?? 3); // with --generate: gateway / bare rounds during the load
+const generate = wholeFlag(args, 'generate', 0, 0);
+const rounds = wholeFlag(args, 'rounds', 3, 1); // with --generate: rounds of request pairs during the load
 /**
  * With --generate, the latencies are taken once every stream has finished this many requests:
  * in the first ~3.5 s after 16 streams start at once, a p99 over 1,500 requests was 0.8-3.1 ms,

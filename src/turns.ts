@@ -51,21 +51,18 @@ export interface Reader {
   wake: (() => void) | undefined;
 }
 
-const readers: Reader[] = [];
-const readerQueued = new Set<Reader>();
+/** Readers waiting for a turn, in the order they were woken (a Set keeps its insertion order). */
+const readers = new Set<Reader>();
 let wokenThisTurn = 0;
 let readerTurnScheduled = false;
 
 /** Wakes the first readers of each turn at once; the rest wait for the next turns, in order. */
 export function wakeReader(r: Reader): void {
-  if (readerQueued.has(r)) return;
-  if (!readers.length && wokenThisTurn < READERS_WOKEN_PER_TURN) {
+  if (readers.has(r)) return;
+  if (!readers.size && wokenThisTurn < READERS_WOKEN_PER_TURN) {
     wokenThisTurn++;
     r.wake?.();
-  } else {
-    readers.push(r);
-    readerQueued.add(r);
-  }
+  } else readers.add(r);
   if (!readerTurnScheduled) {
     readerTurnScheduled = true;
     setImmediate(readerTurn);
@@ -74,10 +71,11 @@ export function wakeReader(r: Reader): void {
 
 /** A turn of readers: the next few queued. It runs once more after any turn that woke some, to start the next turn's count. */
 function readerTurn(): void {
-  const now = readers.splice(0, READERS_WOKEN_PER_TURN);
-  wokenThisTurn = now.length;
-  for (const r of now) {
-    readerQueued.delete(r);
+  wokenThisTurn = 0;
+  for (const r of readers) {
+    if (wokenThisTurn === READERS_WOKEN_PER_TURN) break;
+    readers.delete(r);
+    wokenThisTurn++;
     r.wake?.();
   }
   if (wokenThisTurn) setImmediate(readerTurn);
