@@ -8,7 +8,7 @@ import type { Cuts, GenerateEvent, InferenceEngine, LogitAdjust, ServedModel, To
 import type { Policies } from './policy-api.js';
 import { ChatCompletionRequest, openAiUsage, type ChatCompletion, type ChatCompletionChunk, type ChoiceLogprobs, type FinishReason, type LogprobItem } from './protocol.js';
 import type { BodyScreen } from './screen.js';
-import { jsonWithText, SseStream } from './sse.js';
+import { jsonWithText, SENT, SseStream } from './sse.js';
 import { chatChars, chatMessages, checkChars, checkContext, resolveModel } from './serving-checks.js';
 import { unfinished } from './outcome.js';
 import { responseGrammar, toolCallOf, toolPlan, type ToolPlan } from './structured.js';
@@ -205,7 +205,7 @@ async function streamChat(
         }
         if (!ev.text && !lp) continue;
         const sent = lp ? sse.send(chunk({ content: ev.text }, null, lp)) : sse.sendJson(contentJson(ev.text));
-        if (!(await sent)) return; // client gone: finally cancels
+        if (sent !== SENT && !(await sent)) return; // client gone: finally cancels
         continue;
       }
       ctx.note({ finishReason: ev.finishReason });

@@ -11,8 +11,12 @@ import { noteError, toHttpError } from '../http/respond.js';
 // them all. Each write was the HTTP thread's largest cost at one stream of a small
 // model (~56 us of a send on loopback, bench/README.md "Token posts").
 
-/** Shared settled answers of `send` (one per event would be garbage the HTTP thread's collector then sweeps). */
-const SENT = Promise.resolve(true);
+/**
+ * Shared settled answers of `send` (one per event would be garbage the HTTP thread's collector then
+ * sweeps). A caller may test for SENT and go on without awaiting it: an await of a settled promise
+ * still costs a reaction and a turn of the microtask queue, a token.
+ */
+export const SENT = Promise.resolve(true);
 const GONE = Promise.resolve(false);
 
 export const SSE_HEADERS = { 'cache-control': 'no-cache', 'x-accel-buffering': 'no' };

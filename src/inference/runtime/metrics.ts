@@ -1,4 +1,4 @@
-import { counter, gauge, histogram, REQUEST_SECONDS_BUCKETS } from '../../metrics.js';
+import { counter, gauge, histogram, HotCounter, HotHistogram, REQUEST_SECONDS_BUCKETS } from '../../metrics.js';
 
 // Engine metrics, served on the inference port under vLLM's names and its
 // `model_name` label where the meaning is the same (docs/metrics.md), so
@@ -61,11 +61,12 @@ const promptTokens = counter({ name: 'vllm:prompt_tokens_total', help: 'Prompt t
 // while another request's identical one was still prefilling (scheduler.ts scoreBranches).
 const prefixQueries = counter({ name: 'vllm:prefix_cache_queries_total', help: 'Prefix tokens looked up: evaluation states, and chat or completion prompts where kept generations are (CHAT_PREFIX_CACHE_MB)', labelNames: N }, 'inference');
 const prefixHits = counter({ name: 'vllm:prefix_cache_hits_total', help: 'Of those, tokens not run again: found prefilling for another request or kept after an earlier one of the same user', labelNames: N }, 'inference');
-const generationTokens = counter({ name: 'vllm:generation_tokens_total', help: 'Tokens generated', labelNames: N }, 'inference');
+// Observed a token each: the hot kind (metrics.ts HotMetric), which allocates nothing an observation.
+const generationTokens = new HotCounter({ name: 'vllm:generation_tokens_total', help: 'Tokens generated', label: 'model_name' }, 'inference');
 const ttft = histogram({ name: 'vllm:time_to_first_token_seconds', help: 'From admission to the engine to the first generated token', labelNames: N, buckets: TTFT_BUCKETS }, 'inference');
-const itl = histogram({ name: 'vllm:inter_token_latency_seconds', help: 'Time between consecutive generated tokens of a sequence', labelNames: N, buckets: TPOT_BUCKETS }, 'inference');
+const itl = new HotHistogram({ name: 'vllm:inter_token_latency_seconds', help: 'Time between consecutive generated tokens of a sequence', label: 'model_name', buckets: TPOT_BUCKETS }, 'inference');
 // vLLM before 0.10 named the per-token figure this; its example dashboard reads it.
-const tpotPerToken = histogram({ name: 'vllm:time_per_output_token_seconds', help: 'Time between consecutive generated tokens (the older name of vllm:inter_token_latency_seconds)', labelNames: N, buckets: TPOT_BUCKETS }, 'inference');
+const tpotPerToken = new HotHistogram({ name: 'vllm:time_per_output_token_seconds', help: 'Time between consecutive generated tokens (the older name of vllm:inter_token_latency_seconds)', label: 'model_name', buckets: TPOT_BUCKETS }, 'inference');
 const e2e = histogram({ name: 'vllm:e2e_request_latency_seconds', help: 'Generation requests, from admission to the engine to their end', labelNames: N, buckets: REQUEST_SECONDS_BUCKETS }, 'inference');
 const queue = histogram({ name: 'vllm:request_queue_time_seconds', help: 'Time a generation request waited for a batch slot', labelNames: N, buckets: REQUEST_SECONDS_BUCKETS }, 'inference');
 const inferenceTime = histogram({ name: 'vllm:request_inference_time_seconds', help: 'Time a generation request held a batch slot (prefill plus decode)', labelNames: N, buckets: REQUEST_SECONDS_BUCKETS }, 'inference');
@@ -105,15 +106,15 @@ export const engineMetrics = {
   running: { set: (l: ModelLabels, v: number) => running.set(L(l), folds.running.set(l, v)) },
   waiting: { set: (l: ModelLabels, v: number) => waiting.set(L(l), folds.waiting.set(l, v)) },
   promptTokens: { inc: (l: ModelLabels, v = 1) => promptTokens.inc(L(l), v) },
-  generatedTokens: { inc: (l: ModelLabels, v = 1) => generationTokens.inc(L(l), v) },
+  /** Per token, by model name (not ModelLabels): nothing is allocated an observation. */
+  generatedTokens: { inc: (model: string, v = 1) => generationTokens.inc(model, v) },
   prefixQueries: { inc: (l: ModelLabels, v: number) => prefixQueries.inc(L(l), v) },
   prefixHits: { inc: (l: ModelLabels, v: number) => prefixHits.inc(L(l), v) },
   ttft: { observe: (l: ModelLabels, s: number) => ttft.observe(L(l), s) },
   itl: {
-    observe: (l: ModelLabels, s: number) => {
-      const m = L(l);
-      itl.observe(m, s);
-      tpotPerToken.observe(m, s);
+    observe: (model: string, s: number) => {
+      itl.observe(model, s);
+      tpotPerToken.observe(model, s);
     },
   },
   passes: { inc: (l: ModelLabels & { threads: 'all' | 'one' | 'all_spinning' | 'all_prefill' | 'all_prefill_spinning' | 'one_prefill' }, v: number) => passes.inc({ model_name: l.model, threads: l.threads }, v) },

@@ -48,14 +48,13 @@ export class Generation {
    * run posts a few fast steps together), on this thread's performance.now() clock.
    */
   accept(tok: number, lp: TokenLogprob | undefined, now = performance.now()): { goesOn: boolean; finish?: 'stop' | 'length' } {
-    const model = { model: this.modelId };
     if (this.produced === 0) {
-      M.ttft.observe(model, (now - this.enqueuedAt) / 1000);
+      M.ttft.observe({ model: this.modelId }, (now - this.enqueuedAt) / 1000);
       this.firstTokenAt = now;
-    } else M.itl.observe(model, (now - this.lastTokenAt) / 1000);
+    } else M.itl.observe(this.modelId, (now - this.lastTokenAt) / 1000);
     this.lastTokenAt = now;
     this.produced++;
-    M.generatedTokens.inc(model);
+    M.generatedTokens.inc(this.modelId);
     const endsHere = endsGeneration(tok, this.produced, this.req.maxTokens, this.text.eosIds);
     if (this.finished) return { goesOn: !endsHere };
     const eos = this.text.eosIds.has(tok);
@@ -63,9 +62,8 @@ export class Generation {
     if (eos) finish = 'stop';
     else {
       const { out, stopped } = this.stop.push(this.detok.push(tok));
-      const logprobs = lp ? { logprobs: [lp] } : {};
       // A token whose text is held back (a possible stop string) still reports its logprob, with no text.
-      if (out || !stopped) this.queue.push({ type: 'delta', text: out, tokenIds: [tok], ...logprobs });
+      if (out || !stopped) this.queue.push(lp ? { type: 'delta', text: out, tokenIds: [tok], logprobs: [lp] } : { type: 'delta', text: out, tokenIds: [tok] });
       if (stopped) finish = 'stop';
       else if (endsHere) finish = 'length';
     }
@@ -98,5 +96,80 @@ export class Generation {
       log.error({ err: e }, 'onEnd callback failed');
     }
     return true;
+  }
+}
+
+const DONE: IteratorResult<GenerateEvent, undefined> = { value: undefined, done: true };
+const ENDED = Promise.resolve(DONE);
+
+/**
+ * A generation's events for its reader, one a read: the engine port's AsyncGenerator, written
+ * out rather than as an async generator function. A generator's `yield` queues a request,
+ * awaits the value and settles a promise a read, ~400 B of garbage an event on the HTTP
+ * thread; this settles one promise with one result, and a read that waits is woken by a
+ * function made once a stream (bench/README.md "Per-token metrics without garbage").
+ * `take` reads the queue's first event (the scheduler resumes a sequence paused for its reader
+ * there); `close` runs once, when the last event is read or the reader stops early (`return`),
+ * as a generator's `finally` would.
+ */
+export class EventStream implements AsyncGenerator<GenerateEvent, undefined> {
+  private ended = false;
+  /** A read waiting for the next event (a second read meanwhile waits behind it, as a generator's would), and its answer. */
+  private waiting: Promise<IteratorResult<GenerateEvent, undefined>> | undefined;
+  private answer: ((r: IteratorResult<GenerateEvent, undefined>) => void) | undefined;
+
+  constructor(
+    /** Its events not yet read, and the wake a waiting read sets (turns.ts wakeReader calls it). */
+    private readonly gen: Pick<Generation, 'queue' | 'wake'>,
+    private readonly take: () => GenerateEvent,
+    private readonly close: () => void,
+  ) {}
+
+  next(): Promise<IteratorResult<GenerateEvent, undefined>> {
+    if (this.ended) return ENDED;
+    if (this.waiting) return this.waiting.then(() => this.next());
+    if (this.gen.queue.length) return Promise.resolve(this.read());
+    return (this.waiting = new Promise((resolve) => {
+      this.answer = resolve;
+      this.gen.wake = this.woken;
+    }));
+  }
+
+  /** The reader stops: the generation, if still running, is cancelled (`close`); a read still waiting ends. */
+  return(): Promise<IteratorResult<GenerateEvent, undefined>> {
+    this.end();
+    this.woken();
+    return ENDED;
+  }
+
+  throw(e?: unknown): Promise<IteratorResult<GenerateEvent, undefined>> {
+    this.return();
+    return Promise.reject(e);
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  private read(): IteratorResult<GenerateEvent, undefined> {
+    const ev = this.take();
+    if (ev.type === 'done') this.end();
+    return { value: ev, done: false };
+  }
+
+  /** Answers the waiting read, if any, once there is an event or the stream ended. */
+  private readonly woken = (): void => {
+    const answer = this.answer;
+    if (!answer || (!this.ended && !this.gen.queue.length)) return;
+    this.gen.wake = undefined;
+    this.waiting = undefined;
+    this.answer = undefined;
+    answer(this.ended ? DONE : this.read());
+  };
+
+  private end(): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.close();
   }
 }

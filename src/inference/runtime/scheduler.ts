@@ -7,7 +7,7 @@ import { endsGeneration, type SamplerSpec } from './protocol.js';
 import { RunnerClosed, WorkerLost, type Runner } from './runner.js';
 import { CompletionRate, slotWaitMs, StepPace } from './throughput.js';
 import { logSoftmax } from './sampler.js';
-import { Generation } from './output.js';
+import { EventStream, Generation } from './output.js';
 import type { ModelText } from './text.js';
 import { commonOpening, KeptPrompts, worthStarting, type KeptPrompt } from './kept-prompts.js';
 import type { StepRow } from './protocol.js';
@@ -350,35 +350,19 @@ export class Scheduler {
       this.startedFromKept([seq], [seq.id]);
       throw e;
     }
-    const it = this.events(seq, gen, onAbort);
-    const close = it.return.bind(it);
-    it.return = (v) => {
-      if (!gen.finished) this.cancel(seq);
-      req.signal?.removeEventListener('abort', onAbort);
-      return close(v);
-    };
-    return it;
-  }
-
-  private async *events(seq: Seq, gen: Generation, onAbort: () => void): AsyncGenerator<GenerateEvent> {
-    const req = gen.req;
-    try {
-      while (true) {
-        if (gen.queue.length) {
-          const wasPaused = this.paused(seq);
-          const ev = gen.queue.shift()!;
-          if (wasPaused) this.kick(); // the reader caught up: the sequence may decode again
-          yield ev;
-          if (ev.type === 'done') return;
-          continue;
-        }
-        await new Promise<void>((r) => (gen.wake = r));
-        gen.wake = undefined;
-      }
-    } finally {
-      req.signal?.removeEventListener('abort', onAbort);
-      if (!gen.finished) this.cancel(seq);
-    }
+    return new EventStream(
+      gen,
+      () => {
+        const wasPaused = this.paused(seq);
+        const ev = gen.queue.shift()!;
+        if (wasPaused) this.kick(); // the reader caught up: the sequence may decode again
+        return ev;
+      },
+      () => {
+        req.signal?.removeEventListener('abort', onAbort);
+        if (!gen.finished) this.cancel(seq);
+      },
+    );
   }
 
   /**
