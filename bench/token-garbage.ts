@@ -4,7 +4,8 @@ import { benchArgs, benchKey, chatStream, fmt, machine, secondsFlag, wholeFlag }
 
 // What the daemon's HTTP thread allocates a generated token, by the function that allocates it:
 // the sampling heap profile of V8's inspector (Chrome DevTools protocol), objects that the young
-// generation's scavenges collected counted too, while N streams generate. Every byte allocated
+// generation's scavenges collected counted too, while N streams generate; and before it, in a
+// window as long, how many scavenges that thread ran a token. Every byte allocated
 // brings that thread's next scavenge (a pause of ~3-6 ms on a slow machine) closer, and a request
 // that arrives during one waits for it: the gateway's added p99 under load (bench/README.md
 // "Per-token metrics without garbage").
@@ -29,6 +30,20 @@ const WARM_MS = 3000;
 const SAMPLING_INTERVAL_BYTES = 256;
 /** The inspector's port on 127.0.0.1 (the daemon's own ports are chosen by the harness). */
 const INSPECTOR_PORT = 9231;
+
+/** Counts the daemon main thread's scavenges from here on (evaluated there through the inspector). */
+const GC_COUNTER = `(() => {
+  const { PerformanceObserver, constants } = process.getBuiltinModule('node:perf_hooks');
+  const c = (globalThis.__tokenGarbageGc = { n: 0, ms: 0, maxMs: 0 });
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      if (e.detail?.kind !== constants.NODE_PERFORMANCE_GC_MINOR) continue;
+      c.n++;
+      c.ms += e.duration;
+      c.maxMs = Math.max(c.maxMs, e.duration);
+    }
+  }).observe({ entryTypes: ['gc'] });
+})()`;
 
 interface ProfileNode {
   callFrame: { functionName: string; url: string; lineNumber: number };
@@ -66,6 +81,17 @@ async function main() {
     };
     const all = Promise.all(Array.from({ length: streams }, one));
     await new Promise((r) => setTimeout(r, WARM_MS));
+
+    // First window: the HTTP thread's scavenges, counted in the daemon by a PerformanceObserver
+    // the inspector installs (no profile running: its sampling would change what is timed).
+    const evaluate = async (expression: string) => ((await call('Runtime.evaluate', { expression, returnByValue: true })).result as { result: { value: unknown } }).result.value;
+    await evaluate(GC_COUNTER);
+    counting = true;
+    await new Promise((r) => setTimeout(r, seconds * 1000));
+    const gc = JSON.parse(String(await evaluate('JSON.stringify(globalThis.__tokenGarbageGc)'))) as { n: number; ms: number; maxMs: number };
+    const gcTokens = tokens;
+    tokens = 0;
+
     await call('HeapProfiler.enable');
     await call('HeapProfiler.startSampling', { samplingInterval: SAMPLING_INTERVAL_BYTES, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
     counting = true;
@@ -88,7 +114,8 @@ async function main() {
     walk(profile.head);
     if (!tokens) throw new Error('no token was generated while the profile ran');
     console.log(`machine: ${machine()}\ncheckout: ${root}\nmodel: ${model}, ${streams} streams, ${seconds} s profiled: ${fmt(tokens)} tokens (${fmt(tokens / seconds)} a second)`);
-    console.log(`the HTTP thread allocated ${fmt(total / 1e6, 1)} MB: ${fmt(total / tokens)} B a token`);
+    console.log(`the HTTP thread's scavenges (young-generation collections), ${fmt(gcTokens)} tokens in the ${seconds} s before the profile: ${gc.n}, ${fmt((gc.n * 1000) / gcTokens, 2)} per 1,000 tokens; ${fmt(gc.ms, 1)} ms in all, the longest ${fmt(gc.maxMs, 2)} ms`);
+    console.log(`the HTTP thread allocated ${fmt(total / 1e6, 1)} MB while profiled: ${fmt(total / tokens)} B a token`);
     for (const [where, bytes] of [...bytesBy].sort((a, b) => b[1] - a[1]).slice(0, top)) console.log(`${fmt(bytes / tokens).padStart(6)} B a token  ${where}`);
   } finally {
     await stopDaemon(d);
