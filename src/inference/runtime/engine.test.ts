@@ -700,8 +700,11 @@ describe('engine queue', () => {
       // Each took the slot the one before gave back, in the decode run the long one is still in
       // (before, a freed slot waited for that run to end, up to 64 steps).
       expect(order.filter((e) => e !== 'long started')).toEqual(['short started', 'short done', 'q1 started', 'q1 done', 'q2 started', 'q2 done', 'q3 started', 'q3 done']);
-      expect(startedAt.get('q1')).toBeLessThan(20);
-      expect(startedAt.get('q3')).toBeLessThan(40);
+      // A run is up to 64 steps: waiting for its end put q1 at ~64. q1 starts after short's 3
+      // tokens and q3 after two more 3-token generations, a few tokens later where the cores are
+      // contended (q1 at 23 with two busy loops beside the test, before this session's change too).
+      expect(startedAt.get('q1')).toBeLessThan(32);
+      expect(startedAt.get('q3')).toBeLessThan(48);
       await long;
       expect(order.at(-1)).toBe('long done');
     } finally {

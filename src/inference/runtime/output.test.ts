@@ -82,3 +82,16 @@ describe('EventStream', () => {
     expect(calls.close).toBe(1);
   });
 });
+
+describe('EventStream when a read fails', () => {
+  it('rejects the read, whether the event was queued or awaited, and never throws at its caller or its waker', async () => {
+    const gen: { queue: GenerateEvent[]; wake: (() => void) | undefined } = { queue: [delta('a')], wake: undefined };
+    const s = new EventStream(gen, () => { throw new Error('take failed'); }, () => undefined);
+    await expect(s.next()).rejects.toThrow('take failed');
+    gen.queue.length = 0;
+    const read = s.next();
+    gen.queue.push(delta('b'));
+    expect(() => gen.wake!()).not.toThrow();
+    await expect(read).rejects.toThrow('take failed');
+  });
+});

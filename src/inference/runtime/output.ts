@@ -117,6 +117,7 @@ export class EventStream implements AsyncGenerator<GenerateEvent, undefined> {
   /** A read waiting for the next event (a second read meanwhile waits behind it, as a generator's would), and its answer. */
   private waiting: Promise<IteratorResult<GenerateEvent, undefined>> | undefined;
   private answer: ((r: IteratorResult<GenerateEvent, undefined>) => void) | undefined;
+  private fail: ((e: unknown) => void) | undefined;
 
   constructor(
     /** Its events not yet read, and the wake a waiting read sets (turns.ts wakeReader calls it). */
@@ -128,9 +129,17 @@ export class EventStream implements AsyncGenerator<GenerateEvent, undefined> {
   next(): Promise<IteratorResult<GenerateEvent, undefined>> {
     if (this.ended) return ENDED;
     if (this.waiting) return this.waiting.then(() => this.next());
-    if (this.gen.queue.length) return Promise.resolve(this.read());
-    return (this.waiting = new Promise((resolve) => {
+    if (this.gen.queue.length) {
+      // A read that fails rejects, as a generator's would, rather than throwing at the caller.
+      try {
+        return Promise.resolve(this.read());
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    }
+    return (this.waiting = new Promise((resolve, reject) => {
       this.answer = resolve;
+      this.fail = reject;
       this.gen.wake = this.woken;
     }));
   }
@@ -157,14 +166,22 @@ export class EventStream implements AsyncGenerator<GenerateEvent, undefined> {
     return { value: ev, done: false };
   }
 
-  /** Answers the waiting read, if any, once there is an event or the stream ended. */
+  /**
+   * Answers the waiting read, if any, once there is an event or the stream ended. It runs in the
+   * waker's loop over many readers (turns.ts wakeReader): a read that fails rejects the read, and
+   * never throws there.
+   */
   private readonly woken = (): void => {
-    const answer = this.answer;
-    if (!answer || (!this.ended && !this.gen.queue.length)) return;
+    const [answer, fail] = [this.answer, this.fail];
+    if (!answer || !fail || (!this.ended && !this.gen.queue.length)) return;
     this.gen.wake = undefined;
     this.waiting = undefined;
-    this.answer = undefined;
-    answer(this.ended ? DONE : this.read());
+    this.answer = this.fail = undefined;
+    try {
+      answer(this.ended ? DONE : this.read());
+    } catch (e) {
+      fail(e);
+    }
   };
 
   private end(): void {
