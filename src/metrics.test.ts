@@ -42,6 +42,14 @@ describe('hot metrics', () => {
     expect(await registries.inference.getSingleMetricAsString('test_hot_total')).toBe('# HELP test_hot_total c\n# TYPE test_hot_total counter');
   });
 
+  it('refuses what prom-client refuses: an observation that is no finite number, a counter going down', () => {
+    const h = new HotHistogram({ name: 'test_hot_refuse_seconds', help: 'h', label: 'model_name', buckets }, 'inference');
+    expect(() => h.observe('a/m', Number.NaN)).toThrow('test_hot_refuse_seconds: an observation must be a finite number, got NaN');
+    const c = new HotCounter({ name: 'test_hot_refuse_total', help: 'c', label: 'model_name' }, 'inference');
+    expect(() => c.inc('a/m', -1)).toThrow('test_hot_refuse_total: a counter goes up by a finite number of at least 0, got -1');
+    expect(() => c.inc('a/m', Number.POSITIVE_INFINITY)).toThrow('got Infinity');
+  });
+
   it('a second one of the same name takes the name over (a module loaded twice) and counts from zero', async () => {
     new HotCounter({ name: 'test_hot_again_total', help: 'c', label: 'model_name' }, 'inference').inc('x', 3);
     const again = new HotCounter({ name: 'test_hot_again_total', help: 'c', label: 'model_name' }, 'inference');

@@ -105,13 +105,15 @@ interface HotValue {
 /** A histogram of per-token figures (see HotMetric). */
 export class HotHistogram extends HotMetric<{ counts: Float64Array; sum: number; count: number; shared: Record<string, string> }> {
   readonly type = 'histogram';
+  private readonly buckets: number[];
   constructor(cfg: { name: string; help: string; label: string; buckets: number[] }, port: MetricsPort) {
     super(cfg.name, cfg.help, cfg.label, port);
     this.buckets = [...cfg.buckets].sort((a, b) => a - b);
   }
-  private readonly buckets: number[];
 
   observe(labelValue: string, v: number): void {
+    // As prom-client refuses them: a value that is no number would make the series' sum NaN for good.
+    if (!Number.isFinite(v)) throw new TypeError(`${this.name}: an observation must be a finite number, got ${v}`);
     let s = this.series.get(labelValue);
     if (!s) this.series.set(labelValue, (s = { counts: new Float64Array(this.buckets.length), sum: 0, count: 0, shared: { [this.label]: labelValue } }));
     // The first bucket whose bound holds it (le: bound inclusive, as Prometheus reads it); none: +Inf only.
@@ -143,6 +145,7 @@ export class HotCounter extends HotMetric<{ value: number; shared: Record<string
     super(cfg.name, cfg.help, cfg.label, port);
   }
   inc(labelValue: string, v = 1): void {
+    if (!(v >= 0) || !Number.isFinite(v)) throw new TypeError(`${this.name}: a counter goes up by a finite number of at least 0, got ${v}`);
     const s = this.series.get(labelValue);
     if (s) s.value += v;
     else this.series.set(labelValue, { value: v, shared: { [this.label]: labelValue } });
