@@ -1,4 +1,5 @@
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
 import { benchArgs, benchKey, chatStream, fmt, machine, secondsFlag, wholeFlag } from './lib.js';
 
@@ -28,8 +29,6 @@ const root = path.resolve(args.get('root') ?? path.join(import.meta.dirname, '..
 const WARM_MS = 3000;
 /** The profile's sampling interval: an allocation is recorded about once every this many bytes. */
 const SAMPLING_INTERVAL_BYTES = 256;
-/** The inspector's port on 127.0.0.1 (the daemon's own ports are chosen by the harness). */
-const INSPECTOR_PORT = 9231;
 
 /** Counts the daemon main thread's scavenges from here on (evaluated there through the inspector). */
 const GC_COUNTER = `(() => {
@@ -53,14 +52,16 @@ interface ProfileNode {
 
 async function main() {
   const { startDaemon, stopDaemon } = (await import(path.join(root, 'dist', 'test', 'daemon.js'))) as typeof import('../test/daemon.js');
-  process.env.DAEMON_NODE_ARGS = `--inspect=127.0.0.1:${INSPECTOR_PORT}`;
+  // Port 0: the system picks a free one, and Node writes the inspector's address to the daemon's log.
+  process.env.DAEMON_NODE_ARGS = [process.env.DAEMON_NODE_ARGS, '--inspect=127.0.0.1:0'].filter(Boolean).join(' ');
   const env: Record<string, string> = { RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0' };
   if (args.has('models-dir')) env.MODELS_DIR = args.get('models-dir')!;
   const d = await startDaemon(env);
   try {
     const key = await benchKey(d, ['inference:use'], 1_000_000_000);
-    const targets = (await (await fetch(`http://127.0.0.1:${INSPECTOR_PORT}/json/list`)).json()) as Array<{ webSocketDebuggerUrl: string }>;
-    const ws = new WebSocket(targets[0]!.webSocketDebuggerUrl);
+    const inspector = /Debugger listening on (ws:\/\/\S+)/.exec(fs.readFileSync(d.logFile, 'utf8'))?.[1];
+    if (!inspector) throw new Error(`the daemon did not say where its inspector listens (log: ${d.logFile})`);
+    const ws = new WebSocket(inspector);
     await new Promise((r, j) => (ws.addEventListener('open', r), ws.addEventListener('error', j)));
     let id = 0;
     const answers = new Map<number, (m: { result: unknown }) => void>();
