@@ -216,12 +216,28 @@ export function slotCacheAttention(
   const k = rope(k0);
   // Query head h reads kv head floor(h / g): [B, H, S, hd] is [B, KV, g*S, hd] as it lies.
   const q = c.g > 1 ? gb.op1('Reshape', [rope(q0), gb.i64([0, c.KV, -1, c.hd])]) : rope(q0);
-  const kT = { perm: [0, 1, 3, 2] };
-  const cacheScores = gb.op1('Add', [gb.op1('MatMul', [q, gb.op1('Transpose', [cacheK], kT)]), c.cacheBias]); // [B, KV, g*S, C]
-  const newScores = gb.op1('Add', [gb.op1('MatMul', [q, gb.op1('Transpose', [k], kT)]), c.newBias]); // [B, KV, g*S, S]
-  const probs = softmaxNoDenormals(gb, gb.op1('Concat', [cacheScores, newScores], { axis: -1 }));
-  const [pCache, pNew] = gb.op('Split', [probs, c.probSplit], { axis: -1 }, 2) as [string, string];
-  const ctx = gb.op1('Add', [gb.op1('MatMul', [pCache, cacheV]), gb.op1('MatMul', [pNew, v])]); // [B, KV, g*S, hd]
+  const ctx = slotAttentionCore(gb, { q, k, v, cacheK, cacheV }, c);
   const perHead = c.g > 1 ? gb.op1('Reshape', [ctx, gb.i64([0, H, -1, c.hd])]) : ctx;
   return { k, v, ctx: gb.op1('Transpose', [perHead], { perm: [0, 2, 1, 3] }) };
+}
+
+/**
+ * The slot-cache graph's attention after RoPE: q [B, KV, g*S, hd] over the cache [B, KV, C, hd]
+ * and the step's own keys and values [B, KV, S, hd]; returns the context [B, KV, g*S, hd]. The
+ * cache's scores and the new tokens' are concatenated for one Softmax and its probabilities split
+ * again: a copy of the scores, which at a decode step (S = 1) is far smaller than a copy of the
+ * cache's keys and values would be. For a long prompt's step the other forms measured were no
+ * faster by enough to keep a second graph for them (bench/attention-forms.ts).
+ */
+export function slotAttentionCore(
+  gb: GraphBuilder,
+  t: { q: string; k: string; v: string; cacheK: string; cacheV: string },
+  c: { cacheBias: string; newBias: string; probSplit: string },
+): string {
+  const kT = { perm: [0, 1, 3, 2] };
+  const cacheScores = gb.op1('Add', [gb.op1('MatMul', [t.q, gb.op1('Transpose', [t.cacheK], kT)]), c.cacheBias]); // [B, KV, g*S, C]
+  const newScores = gb.op1('Add', [gb.op1('MatMul', [t.q, gb.op1('Transpose', [t.k], kT)]), c.newBias]); // [B, KV, g*S, S]
+  const probs = softmaxNoDenormals(gb, gb.op1('Concat', [cacheScores, newScores], { axis: -1 }));
+  const [pCache, pNew] = gb.op('Split', [probs, c.probSplit], { axis: -1 }, 2) as [string, string];
+  return gb.op1('Add', [gb.op1('MatMul', [pCache, t.cacheV]), gb.op1('MatMul', [pNew, t.v])]);
 }
