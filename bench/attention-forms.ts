@@ -19,7 +19,8 @@ import { benchArgs, fmt, machine, median, wholeFlag, wholeListFlag } from './lib
 //   its end (the causal mask's upper triangle, half the square at an empty cache, not computed).
 // Each form's answer is checked against the slot graph's form before it is timed. Rounds alternate
 // the forms, so each round's figures share the machine's minute; the medians of the rounds are
-// printed, with each form's time over the slot graph's form's.
+// printed, with each form's time over the slot graph's form's. Each round starts one form further
+// on, so that no form is always the one that runs after a pause.
 // Usage: node dist/bench/attention-forms.js [--kv-heads 8] [--head-dim 64] [--threads 2] [--rounds 7] [--prompt 512,128] [--decode-rows 16] [--decode-cache 96]
 // (m25's attention by default: 8 heads of 64; m110's is --kv-heads 12)
 
@@ -30,6 +31,8 @@ const THREADS = wholeFlag(args, 'threads', 2, 1);
 const ROUNDS = wholeFlag(args, 'rounds', 7, 1);
 /** Time a form runs a shape for, each round: long enough for dozens of a long prompt's runs. */
 const ROUND_MS = 300;
+/** Runs of each form at a shape before its rounds: onnxruntime plans its memory at a shape's first runs. */
+const WARM_RUNS = 3;
 /** The largest difference from the slot graph's form that still counts as the same answer (float32 sums in another order). */
 const SAME_ANSWER_MAX = 1e-5;
 /** A masked score, as the worker's biases write it. */
@@ -169,8 +172,17 @@ async function main() {
       for (let i = 0; i < got.length; i++) diff = Math.max(diff, Math.abs(got[i]! - want[i]!));
       if (!(diff <= SAME_ANSWER_MAX)) throw new Error(`${form} at ${shape.label}: answers differ from the slot graph's by ${diff}`);
     }
+    // Each form's first runs at a new shape are slow (onnxruntime plans its memory per shape), and
+    // the first form of a round meets caches the one before it left: warm-up runs, then rounds that
+    // each start one form further on.
+    for (const form of forms) for (let i = 0; i < WARM_RUNS; i++) await sessions.get(form)!.run(feedsFor(form));
     const ms = new Map<Form, number[]>(forms.map((f) => [f, []]));
-    for (let r = 0; r < ROUNDS; r++) for (const form of forms) ms.get(form)!.push(await msPerRun(sessions.get(form)!, feedsFor(form)));
+    for (let r = 0; r < ROUNDS; r++) {
+      for (let i = 0; i < forms.length; i++) {
+        const form = forms[(r + i) % forms.length]!;
+        ms.get(form)!.push(await msPerRun(sessions.get(form)!, feedsFor(form)));
+      }
+    }
     const slot = median(ms.get('slot graph')!);
     const cell = (f: Form) => (ms.has(f) ? `${fmt(median(ms.get(f)!), 3)}${f === 'slot graph' ? '' : ` (${fmt(median(ms.get(f)!) / slot, 2)})`}` : 'n/a');
     console.log(`| ${shape.label} | ${FORMS.map(cell).join(' | ')} |`);
