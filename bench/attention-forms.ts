@@ -21,8 +21,10 @@ import { benchArgs, fmt, machine, median, wholeFlag, wholeListFlag } from './lib
 // the forms, so each round's figures share the machine's minute; the medians of the rounds are
 // printed, with each form's time over the slot graph's form's. Each round starts one form further
 // on, so that no form is always the one that runs after a pause.
-// Usage: node dist/bench/attention-forms.js [--kv-heads 8] [--head-dim 64] [--threads 2] [--rounds 7] [--prompt 512,128] [--decode-rows 16] [--decode-cache 96]
-// (m25's attention by default: 8 heads of 64; m110's is --kv-heads 12)
+// Usage: node dist/bench/attention-forms.js [--kv-heads 8] [--head-dim 64] [--threads 2] [--rounds 7] [--prompt 512,128] [--after N] [--decode-rows 16] [--decode-cache 96]
+// (m25's attention by default: 8 heads of 64; m110's is --kv-heads 12). The shapes: each --prompt
+// length's first chunk, the first one's chunk over a cache of --after positions (its own length by
+// default: a long prompt's second chunk), and a decode step.
 
 const args = benchArgs();
 const KV = wholeFlag(args, 'kv-heads', 8, 1);
@@ -152,9 +154,10 @@ async function msPerRun(s: ort.InferenceSession, feeds: Record<string, ort.Tenso
 async function main() {
   const prompts = args.has('prompt') ? wholeListFlag(args, 'prompt', 512, 1) : [512, 128];
   const [rows, cache] = [wholeFlag(args, 'decode-rows', 16, 1), wholeFlag(args, 'decode-cache', 96, 1)];
+  const after = wholeFlag(args, 'after', prompts[0]!, 1);
   const shapes: Shape[] = [
     ...prompts.map((S) => ({ label: `a ${S}-token prompt, empty cache`, B: 1, S, C: 0 })),
-    { label: `a ${prompts[0]}-token chunk after ${prompts[0]}`, B: 1, S: prompts[0]!, C: prompts[0]! },
+    { label: `a ${prompts[0]}-token chunk after ${after}`, B: 1, S: prompts[0]!, C: after },
     { label: `a decode step of ${rows} rows, cache ${cache}`, B: rows, S: 1, C: cache },
   ];
   console.log(`machine: ${machine()}\none layer's attention, ${KV} heads of ${HD}, ${THREADS} intra-op thread(s) sleeping between operators; ms per run, median of ${ROUNDS} alternated rounds (over the slot graph's form)`);
