@@ -11,7 +11,8 @@ import { benchArgs, benchKey, envOf, fmt, machine, median } from './lib.js';
 // node-llama-cpp in-process, one sequence, batch 512). Both get the same
 // random token ids, a fresh prompt each run.
 // Usage: node dist/bench/prefill.js --models-dir DIR --model ID --gguf FILE [--tokens 512] [--runs 7]
-//   [--a K=V,... --b K=V,... [--skip 10]]: two daemons' settings against each other instead (ab() below)
+//   [--a K=V,... --b K=V,... [--a-root DIR --b-root DIR] [--skip 10]]: two daemons' settings (and
+//   checkouts, built; this one by default) against each other instead (ab() below)
 //   e.g. after compare.sh m25: --models-dir $PEER_HOME/compare/m25/models --model peer/m25 --gguf $PEER_HOME/compare/m25/model.q4_0.gguf
 
 const args = benchArgs();
@@ -28,9 +29,10 @@ function prompts(vocab: number): number[][] {
   return Array.from({ length: runs + 1 }, () => Array.from({ length: tokens }, () => 3 + (next() % (vocab - 3))));
 }
 
-/** A daemon (with `env` over the defaults) answering one prompt's time to first token at a time. */
-async function cloudgateDaemon(env: Record<string, string>): Promise<{ ttft: (prompt: number[]) => Promise<number>; stop: () => Promise<void> }> {
-  const d = await startDaemon({ MODELS_DIR: modelsDir, RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', ...env });
+/** A daemon (with `env` over the defaults; of the built checkout `root`, this one by default) answering one prompt's time to first token at a time. */
+async function cloudgateDaemon(env: Record<string, string>, root?: string): Promise<{ ttft: (prompt: number[]) => Promise<number>; stop: () => Promise<void> }> {
+  const lib: typeof import('../test/daemon.js') = root ? await import(pathToFileURL(path.join(path.resolve(root), 'dist/test/daemon.js')).href) : { startDaemon, stopDaemon };
+  const d = await lib.startDaemon({ MODELS_DIR: modelsDir, RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', ...env });
   const key = await benchKey(d, ['inference:use'], 1_000_000_000);
   const ttft = async (prompt: number[]) => {
     const t0 = performance.now();
@@ -46,7 +48,7 @@ async function cloudgateDaemon(env: Record<string, string>): Promise<{ ttft: (pr
     while (!(await reader.read()).done);
     return ms;
   };
-  return { ttft, stop: async () => void (await stopDaemon(d)) };
+  return { ttft, stop: async () => void (await lib.stopDaemon(d)) };
 }
 
 async function cloudgate(ps: number[][]): Promise<number[]> {
@@ -67,8 +69,8 @@ async function cloudgate(ps: number[][]): Promise<number[]> {
  */
 async function ab(ps: number[][]): Promise<void> {
   const skip = Number(args.get('skip') ?? 10);
-  const a = await cloudgateDaemon(envOf(args.get('a')));
-  const b = await cloudgateDaemon(envOf(args.get('b')));
+  const a = await cloudgateDaemon(envOf(args.get('a')), args.get('a-root'));
+  const b = await cloudgateDaemon(envOf(args.get('b')), args.get('b-root'));
   try {
     const A: number[] = [];
     const B: number[] = [];
@@ -82,7 +84,8 @@ async function ab(ps: number[][]): Promise<void> {
     const ratios = B.map((y, i) => y / A[i]!);
     console.log(`machine: ${machine()}`);
     console.log(`${model}, a ${tokens}-token prompt at 1 stream, time to first token (ms), ${A.length} pairs after ${skip} not counted, order alternating`);
-    console.log(`A (${args.get('a') ?? 'defaults'}): median ${fmt(median(A), 1)} | B (${args.get('b') ?? 'defaults'}): median ${fmt(median(B), 1)}`);
+    const label = (side: 'a' | 'b') => `${args.get(side) ?? 'defaults'}${args.has(`${side}-root`) ? ` @ ${args.get(`${side}-root`)}` : ''}`;
+    console.log(`A (${label('a')}): median ${fmt(median(A), 1)} | B (${label('b')}): median ${fmt(median(B), 1)}`);
     console.log(`B / A per pair: ${ratios.map((r) => fmt(r, 2)).join(' ')}\nmedian ${fmt(median(ratios), 3)}, B faster in ${ratios.filter((r) => r < 1).length} of ${ratios.length} pairs`);
   } finally {
     await a.stop();
@@ -122,7 +125,7 @@ async function main() {
   if (!model || !gguf || !fs.existsSync(gguf)) throw new Error('usage: prefill.js --models-dir DIR --model ID --gguf FILE [--tokens 512] [--runs 7]');
   const vocab = (JSON.parse(fs.readFileSync(path.join(modelsDir, model.split('/').pop()!, 'config.json'), 'utf8')) as { vocab_size: number }).vocab_size;
   const ps = prompts(vocab);
-  if (args.has('a') || args.has('b')) return ab(ps);
+  if (['a', 'b', 'a-root', 'b-root'].some((f) => args.has(f))) return ab(ps);
   const cg = await cloudgate(ps);
   const l1 = await llamacpp(ps, 1);
   const l2 = await llamacpp(ps, 2);

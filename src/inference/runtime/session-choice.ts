@@ -77,6 +77,14 @@ const SAMPLES_TO_TRUST_LONG = 3;
  * "Long sizes decided early").
  */
 const LONG_SLOWER_RATIO = 1.25;
+/**
+ * ... once it has this many counted runs. One run misled too often: a 1,024-token first chunk of
+ * m25 int4 (2,048 positions) counted 292 ms on the wide session (a lucky run, 370-450 after) and
+ * 393 on the prefill session, whose steps then took ~300 where the wide session's took ~420; the
+ * wide session then ran every such chunk, its retries too rare at one every 16 long steps to move
+ * it. A second run costs one more long step on a slower session, once a size.
+ */
+const LONG_RUNS_TO_DROP = 2;
 const RETRY_OTHER_EVERY_LONG_STEPS = 16;
 /**
  * How often another session is tried again for a size, in steps of that size: an estimate must
@@ -200,25 +208,34 @@ export function medianOf(xs: number[]): number {
 
 /**
  * The allowed sessions still measured for a size: all of them, except at a long size those whose
- * counted runs take LONG_SLOWER_RATIO times another's (one counted run each suffices there).
+ * LONG_RUNS_TO_DROP counted runs took LONG_SLOWER_RATIO times another's.
  */
 function contenders(b: Bucket, kinds: readonly SessionKind[]): readonly SessionKind[] {
   if (!b.long) return kinds;
   let best = Infinity;
   for (const k of kinds) if (b.est[k].recent.length) best = Math.min(best, fastestMs(b.est[k]));
-  return kinds.filter((k) => b.est[k].recent.length === 0 || fastestMs(b.est[k]) < LONG_SLOWER_RATIO * best);
+  return kinds.filter((k) => b.est[k].recent.length < LONG_RUNS_TO_DROP || fastestMs(b.est[k]) < LONG_SLOWER_RATIO * best);
 }
 
-/** Step sizes in buckets of powers of two: 1, 2, 3-4, 5-8, ... tokens. */
-function bucketOf(tokens: number): number {
-  return Math.ceil(Math.log2(Math.max(1, tokens)));
+/**
+ * Step sizes in buckets of powers of two: 1, 2, 3-4, 5-8, ... tokens; and apart, the steps whose
+ * rows all start with an empty cache (`fresh`: a prompt's first chunk, whose attention reads no
+ * cache) from those that read one. A 2,000-token prompt of a 2,048-position m25 int4 ran as 1,024
+ * tokens on an empty cache, then 976 over 2,048 positions. Both sat in one bucket, 0.2-0.3 s against
+ * 0.4-0.5 s a step. Each session's first run at the second shape (it allocates) was counted against
+ * the others' runs at the first. The prefill session then looked 3x slower than the spinning one
+ * and was dropped, though it was the faster at both shapes (bench/README.md "Sessions chosen by
+ * step shape").
+ */
+function bucketOf(tokens: number, fresh: boolean): number {
+  return 2 * Math.ceil(Math.log2(Math.max(1, tokens))) + (fresh ? 1 : 0);
 }
 
 export class SessionChoice {
   private readonly buckets = new Map<number, Bucket>();
 
-  private of(tokens: number): Bucket {
-    const key = bucketOf(tokens);
+  private of(tokens: number, fresh: boolean): Bucket {
+    const key = bucketOf(tokens, fresh);
     let b = this.buckets.get(key);
     if (!b) {
       const none = (): Estimate => ({ runs: 0, recent: [] });
@@ -259,9 +276,12 @@ export class SessionChoice {
     return best.kind;
   }
 
-  /** The session a step of `tokens` tokens (rows x new tokens) should run on, of the allowed `kinds` (sessionsFor). */
-  pick(tokens: number, kinds: readonly SessionKind[]): SessionKind {
-    const b = this.of(tokens);
+  /**
+   * The session a step of `tokens` tokens (rows x new tokens) should run on, of the allowed `kinds`
+   * (sessionsFor); `fresh`: its rows all start with an empty cache (bucketOf).
+   */
+  pick(tokens: number, kinds: readonly SessionKind[], fresh = false): SessionKind {
+    const b = this.of(tokens, fresh);
     if (kinds.length === 1) return kinds[0]!;
     if (b.burst && b.burst.left > 0 && !b.long && kinds.includes(b.burst.kind)) {
       b.burst.left--;
@@ -291,8 +311,8 @@ export class SessionChoice {
   }
 
   /** Counts a step's run time into its session's estimate for its size, with the allowed `kinds` it was picked from. */
-  record(tokens: number, kinds: readonly SessionKind[], kind: SessionKind, ms: number): void {
-    const b = this.of(tokens);
+  record(tokens: number, kinds: readonly SessionKind[], kind: SessionKind, ms: number, fresh = false): void {
+    const b = this.of(tokens, fresh);
     const s = b.est[kind];
     s.runs++;
     if (ms >= LONG_RUN_MS && tokens >= LONG_STEP_TOKENS_MIN) b.long = true;
@@ -317,11 +337,11 @@ export class SessionChoice {
   }
 
   /** Runs a step of `tokens` tokens on the session picked for its size of the allowed `kinds` (`on` runs it there) and counts its time. */
-  async run<T>(tokens: number, kinds: readonly SessionKind[], on: (kind: SessionKind) => Promise<T>): Promise<{ out: T; kind: SessionKind }> {
-    const kind = this.pick(tokens, kinds);
+  async run<T>(tokens: number, kinds: readonly SessionKind[], on: (kind: SessionKind) => Promise<T>, fresh = false): Promise<{ out: T; kind: SessionKind }> {
+    const kind = this.pick(tokens, kinds, fresh);
     const t0 = performance.now();
     const out = await on(kind);
-    if (kinds.length > 1) this.record(tokens, kinds, kind, performance.now() - t0);
+    if (kinds.length > 1) this.record(tokens, kinds, kind, performance.now() - t0, fresh);
     return { out, kind };
   }
 
@@ -332,13 +352,13 @@ export class SessionChoice {
    * evaluation's first state steps of m25 took ~170 ms there against ~60 on the int8 products;
    * bench/README.md "Long steps in integers").
    */
-  async measure(tokens: number, kinds: readonly SessionKind[], runsMax: number, on: (kind: SessionKind) => Promise<unknown>, msMax = Infinity): Promise<void> {
+  async measure(tokens: number, kinds: readonly SessionKind[], runsMax: number, on: (kind: SessionKind) => Promise<unknown>, msMax = Infinity, fresh = false): Promise<void> {
     const until = performance.now() + msMax;
-    for (let i = 0; i < runsMax && performance.now() < until && this.chosen(tokens, kinds) === undefined; i++) await this.run(tokens, kinds, on);
+    for (let i = 0; i < runsMax && performance.now() < until && this.chosen(tokens, kinds, fresh) === undefined; i++) await this.run(tokens, kinds, on, fresh);
   }
 
   /** The session steps of this size run on now with these sessions allowed (tests, logs): undefined while still measuring. */
-  chosen(tokens: number, kinds: readonly SessionKind[]): SessionKind | undefined {
-    return this.current(this.of(tokens), kinds);
+  chosen(tokens: number, kinds: readonly SessionKind[], fresh = false): SessionKind | undefined {
+    return this.current(this.of(tokens, fresh), kinds);
   }
 }

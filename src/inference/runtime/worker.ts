@@ -304,6 +304,12 @@ function afterStep(rows: StepRow[], kvs: Kv[], out: ort.InferenceSession.OnnxVal
   return lastLogits(out.logits!, rows.length);
 }
 
+/** Whether a step's feeds hold a cache of no positions: its rows all start empty (a first prompt chunk on the CPU, kv-slots.ts). */
+function readsNoCache(feeds: Record<string, ort.Tensor>): boolean {
+  const past = feeds['cache.0.key'] ?? feeds['past_key_values.0.key'];
+  return past?.dims[2] === 0;
+}
+
 /** Runs the model graph on a step of `tokens` tokens (rows x new tokens), on whichever session is faster for that size now. */
 async function runModel(feeds: Record<string, ort.Tensor>, tokens: number): Promise<ort.InferenceSession.OnnxValueMapType> {
   // Every worker tells the others, a model with one session too: its steps take a core either way.
@@ -314,7 +320,7 @@ async function runModel(feeds: Record<string, ort.Tensor>, tokens: number): Prom
     return w.session!.run(feeds);
   }
   const kinds = sessionsFor(tokens, live, w.loaded, w.peers.crowded());
-  const { out, kind } = await w.choice.run(tokens, kinds, (k) => w.byKind[k]!.run(feeds));
+  const { out, kind } = await w.choice.run(tokens, kinds, (k) => w.byKind[k]!.run(feeds), readsNoCache(feeds));
   w.passes[kind]++;
   return out;
 }
@@ -867,7 +873,7 @@ async function warmUpDecoding(positionsMax: number): Promise<WarmPace | undefine
     const kinds = sessionsFor(promptLen, 1, w.loaded);
     for (const k of kinds) await w.byKind[k]!.run(feeds);
     // ... and measured on them until its session is chosen, as the first requests' prompts would be.
-    await w.choice.measure(promptLen, kinds, WARM_UP_PROMPT_RUNS_MAX, (k) => w.byKind[k]!.run(feeds));
+    await w.choice.measure(promptLen, kinds, WARM_UP_PROMPT_RUNS_MAX, (k) => w.byKind[k]!.run(feeds), Infinity, readsNoCache(feeds));
   }
   const t = performance.now();
   await slotStep([{ seq, tokens }]);
@@ -910,8 +916,9 @@ async function timedDecodeSteps(seqs: number[], steps: number, tokens: number[])
 const WARM_UP_LONG_PROMPT_TOKENS = 512;
 /**
  * Runs of it at most, until the session choice has chosen its size's session (SessionChoice.measure):
- * each session's first allocates, and the fastest needs 3 counted runs, 8 for three sessions
- * where the others are slower by 1.25x (m25 int4: ~0.5 s more at load).
+ * each session's first allocates, and the fastest needs 3 counted runs, 10 for three sessions
+ * where the others are slower by 1.25x (each of those dropped after 2 counted runs; m25 int4:
+ * ~0.6 s more at load).
  */
 const WARM_UP_LONG_RUNS_MAX = 12;
 /**
@@ -926,7 +933,7 @@ async function warmUpLong(positionsMax: number): Promise<void> {
   const len = Math.min(WARM_UP_LONG_PROMPT_TOKENS, positionsMax);
   const rows = [{ seq: WARM_UP_SEQ, tokens: Array.from({ length: len }, (_, i) => i % w.arch.vocab) }];
   const feeds = w.slots ? slotStepFeeds(w.slots.near, rows).feeds : stepInputs(rows, [w.store.open(WARM_UP_SEQ, len)], 0, w.arch.hasPositionIds).feeds;
-  await w.choice!.measure(len, sessionsFor(len, 1, w.loaded), WARM_UP_LONG_RUNS_MAX, (k) => w.byKind[k]!.run(feeds), WARM_UP_LONG_MS_MAX);
+  await w.choice!.measure(len, sessionsFor(len, 1, w.loaded), WARM_UP_LONG_RUNS_MAX, (k) => w.byKind[k]!.run(feeds), WARM_UP_LONG_MS_MAX, readsNoCache(feeds));
 }
 
 /** Runs `work` holding the webgpu device lock where this worker has one (device-lock.ts); elsewhere, as it is. */
