@@ -3,7 +3,6 @@ import { fp16BitsToFp32 } from '../convert/quantize.js';
 import { bytesOf } from '../convert/onnx-graph.js';
 import { INT8_MAX, integerProductInputs, ZERO_POINT_UINT8, type WeightType } from './integer-products.js';
 import { isExternal, withData } from './external-data.js';
-import { longCacheAttention } from './prefill-attention.js';
 
 // The graph of a model with block-quantized weights (MatMulNBits, 4 or 8 bits) for long steps
 // (the "prefill" session of session-choice.ts): every such product rewritten as an integer matrix
@@ -28,8 +27,8 @@ import { longCacheAttention } from './prefill-attention.js';
 // left as it is, except that a 4-bit one multiplies in float32 (`accuracy_level` 0), faster
 // at long steps than its int8 kernel.
 //
-// This graph runs on the CPU only, so it also takes CPU-only rewrites of the attention
-// (transposedOperandsAsTransB, below; over a long cache, prefill-attention.ts).
+// This graph runs on the CPU only, so it also takes one CPU-only rewrite of the attention
+// (transposedOperandsAsTransB, below).
 
 const { onnx } = onnxProto;
 const DT = onnx.TensorProto.DataType;
@@ -251,7 +250,6 @@ export function prefillGraph(bytes: Uint8Array, weightType: WeightType, dir?: st
     changed++;
   }
   if (!changed) return undefined;
-  longCacheAttention(nodes, { fresh: out, constant });
   // The block-quantized copies no remaining node reads are dropped: the session holds the int8 ones only.
   const read = new Set(nodes.flatMap((n) => n.input ?? []));
   const kept = initializers.filter((t) => !replacedWeights.has(t.name!) || read.has(t.name!));
