@@ -77,14 +77,6 @@ const SAMPLES_TO_TRUST_LONG = 3;
  * "Long sizes decided early").
  */
 const LONG_SLOWER_RATIO = 1.25;
-/**
- * ... once it has this many counted runs. One run misled too often: a 1,024-token first chunk of
- * m25 int4 (2,048 positions) counted 292 ms on the wide session (a lucky run, 370-450 after) and
- * 393 on the prefill session, whose steps then took ~300 where the wide session's took ~420; the
- * wide session then ran every such chunk, its retries too rare at one every 16 long steps to move
- * it. A second run costs one more long step on a slower session, once a size.
- */
-const LONG_RUNS_TO_DROP = 2;
 const RETRY_OTHER_EVERY_LONG_STEPS = 16;
 /**
  * How often another session is tried again for a size, in steps of that size: an estimate must
@@ -208,13 +200,13 @@ export function medianOf(xs: number[]): number {
 
 /**
  * The allowed sessions still measured for a size: all of them, except at a long size those whose
- * LONG_RUNS_TO_DROP counted runs took LONG_SLOWER_RATIO times another's.
+ * counted runs take LONG_SLOWER_RATIO times another's (one counted run each suffices there).
  */
 function contenders(b: Bucket, kinds: readonly SessionKind[]): readonly SessionKind[] {
   if (!b.long) return kinds;
   let best = Infinity;
   for (const k of kinds) if (b.est[k].recent.length) best = Math.min(best, fastestMs(b.est[k]));
-  return kinds.filter((k) => b.est[k].recent.length < LONG_RUNS_TO_DROP || fastestMs(b.est[k]) < LONG_SLOWER_RATIO * best);
+  return kinds.filter((k) => b.est[k].recent.length === 0 || fastestMs(b.est[k]) < LONG_SLOWER_RATIO * best);
 }
 
 /**

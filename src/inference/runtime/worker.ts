@@ -916,9 +916,8 @@ async function timedDecodeSteps(seqs: number[], steps: number, tokens: number[])
 const WARM_UP_LONG_PROMPT_TOKENS = 512;
 /**
  * Runs of it at most, until the session choice has chosen its size's session (SessionChoice.measure):
- * each session's first allocates, and the fastest needs 3 counted runs, 10 for three sessions
- * where the others are slower by 1.25x (each of those dropped after 2 counted runs; m25 int4:
- * ~0.6 s more at load).
+ * each session's first allocates, and the fastest needs 3 counted runs, 8 for three sessions
+ * where the others are slower by 1.25x (m25 int4: ~0.5 s more at load).
  */
 const WARM_UP_LONG_RUNS_MAX = 12;
 /**
