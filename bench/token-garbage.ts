@@ -64,12 +64,17 @@ async function main() {
     const ws = new WebSocket(inspector);
     await new Promise((r, j) => (ws.addEventListener('open', r), ws.addEventListener('error', j)));
     let id = 0;
-    const answers = new Map<number, (m: { result: unknown }) => void>();
+    const answers = new Map<number, (m: { result?: unknown; error?: { message: string } }) => void>();
     ws.addEventListener('message', (e) => {
-      const m = JSON.parse(String(e.data)) as { id?: number; result: unknown };
+      const m = JSON.parse(String(e.data)) as { id?: number; result?: unknown; error?: { message: string } };
       if (m.id !== undefined) answers.get(m.id)?.(m);
     });
-    const call = (method: string, params = {}) => new Promise<{ result: unknown }>((r) => (answers.set(++id, r), ws.send(JSON.stringify({ id, method, params }))));
+    // A method the inspector refuses answers with `error`: said as such, not read as an empty result.
+    const call = (method: string, params = {}) =>
+      new Promise<{ result: unknown }>((resolve, reject) => {
+        answers.set(++id, (m) => (m.error ? reject(new Error(`inspector ${method}: ${m.error.message}`)) : resolve({ result: m.result })));
+        ws.send(JSON.stringify({ id, method, params }));
+      });
 
     let stopping = false;
     let counting = false;
@@ -91,6 +96,7 @@ async function main() {
     await new Promise((r) => setTimeout(r, seconds * 1000));
     const gc = JSON.parse(String(await evaluate('JSON.stringify(globalThis.__tokenGarbageGc)'))) as { n: number; ms: number; maxMs: number };
     const gcTokens = tokens;
+    if (!gcTokens) throw new Error('no token was generated while the scavenges were counted');
     tokens = 0;
 
     await call('HeapProfiler.enable');
