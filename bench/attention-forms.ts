@@ -1,6 +1,6 @@
 import ort from 'onnxruntime-node';
 import { GraphBuilder } from '../src/inference/convert/onnx-graph.js';
-import { slotAttentionCore, softmaxNoDenormals } from '../src/inference/convert/onnx-attention.js';
+import { causalChunksAttention, slotAttentionCore, softmaxNoDenormals } from '../src/inference/convert/onnx-attention.js';
 import { benchArgs, fmt, machine, median, wholeFlag, wholeListFlag } from './lib.js';
 
 // One layer's attention after RoPE, timed alone in onnxruntime, in the form the slot-cache graph
@@ -83,21 +83,7 @@ function graphOf(form: Form): Uint8Array {
     const [out] = gb.op('GroupQueryAttention', [bsh(q), bsh(k), bsh(v), cacheK, cacheV, seqlens, gb.op1('Reshape', [total, gb.i64([])])], { num_heads: KV, kv_num_heads: KV, scale: { float: 1 } }, 3, undefined, 'com.microsoft');
     ctx = gb.op1('Transpose', [gb.op1('Reshape', [out!, gb.i64([0, 0, KV, HD])])], { perm: [0, 2, 1, 3] });
   } else {
-    const n = Number(form.split(' ')[2]);
-    const S = dim(q, 2);
-    const per = gb.op1('Div', [gb.op1('Add', [S, gb.i64([n - 1])]), gb.i64([n])]);
-    const bounds = gb.op1('Min', [gb.op1('Mul', [per, gb.i64([...Array(n + 1).keys()])]), S]);
-    const at = (i: number) => gb.op1('Slice', [bounds, gb.i64([i]), gb.i64([i + 1])]);
-    const sizes = gb.op1('Sub', [gb.op1('Slice', [bounds, gb.i64([1]), gb.i64([n + 1])]), gb.op1('Slice', [bounds, gb.i64([0]), gb.i64([n])])]);
-    const qs = gb.op('Split', [q, sizes], { axis: 2 }, n);
-    const parts = qs.map((qq, i) => {
-      const [start, end] = [at(i), at(i + 1)];
-      const ownK = gb.op1('Slice', [k, gb.i64([0]), end, gb.i64([2])]);
-      const ownV = gb.op1('Slice', [v, gb.i64([0]), end, gb.i64([2])]);
-      const bias = gb.op1('Slice', [newBias, gb.op1('Concat', [start, gb.i64([0])], { axis: 0 }), gb.op1('Concat', [end, end], { axis: 0 }), gb.i64([2, 3])]);
-      return slotAttentionCore(gb, { q: qq, k: ownK, v: ownV, cacheK, cacheV }, { cacheBias, newBias: bias, probSplit: gb.op1('Concat', [dim(cacheK, 2), end], { axis: 0 }) });
-    });
-    ctx = gb.op1('Concat', parts, { axis: 2 });
+    ctx = causalChunksAttention(gb, { q, k, v, cacheK, cacheV }, { cacheBias, newBias }, Number(form.split(' ')[2]));
   }
   gb.output(gb.op1('Identity', [ctx], {}, 'ctx'), 'float32', ['B', KV, 'S', HD]);
   return gb.encode({ graphName: form, opset: 17, producer: 'bench' }).model;

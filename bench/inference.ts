@@ -71,7 +71,8 @@ async function rawLoop(modelFile: string, dtype: ModelDtype, B: number, prompt: 
   // The daemon's worker's sessions (runtime/session-choice.ts), chosen the same way; the loop's B rows are its sequences.
   const allow = { narrow: cfg.ORT_NARROW_SESSION, spinning: cfg.ORT_SPINNING_SESSION, prefill: cfg.ORT_PREFILL_SESSION, spin: cfg.ORT_INTRA_OP_SPIN };
   // A GPU provider's model has no extra CPU sessions in the daemon (engine.ts), nor here; one worker has no peers to step beside on one thread.
-  const loaded = provider === 'cpu' ? { ...extraSessionsFor(modelFile, threads, dtype, allow), prefillNarrow: false } : { narrow: false, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false };
+  // Nor a long-step session: the loop's prompts are short (a row past 512 tokens is the only step that session runs).
+  const loaded = provider === 'cpu' ? { ...extraSessionsFor(modelFile, threads, dtype, allow), prefillNarrow: false, long: false } : { narrow: false, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false, long: false };
   const narrow = loaded.narrow ? await ort.InferenceSession.create(modelFile, options(1)) : undefined;
   const spinning = loaded.spinning ? await ort.InferenceSession.create(modelFile, { ...options(threads), extra: { session: spinningSessionConfig() } }) : undefined;
   // As the daemon's worker loads them (runtime/worker-sessions.ts): weights beside the graph found from its folder.
@@ -81,7 +82,7 @@ async function rawLoop(modelFile: string, dtype: ModelDtype, B: number, prompt: 
   loaded.prefill = !!prefill;
   loaded.prefillSpinning = !!prefillSpinning;
   // The raw loop is one worker's: no replicas, so no one-thread prefill session.
-  const sessions = { wide: sess, narrow, spinning, prefill, prefillSpinning, prefillNarrow: undefined };
+  const sessions = { wide: sess, narrow, spinning, prefill, prefillSpinning, prefillNarrow: undefined, long: undefined };
   const choice = new SessionChoice();
   const runOn = async (feeds: Record<string, ort.Tensor>, tokens: number) =>
     (await choice.run(tokens, sessionsFor(tokens, B, loaded), (k) => sessions[k]!.run(feeds))).out;

@@ -29,6 +29,7 @@ export const inferenceModule: Module = {
       narrowSession: c.ORT_NARROW_SESSION,
       spinningSession: c.ORT_SPINNING_SESSION,
       prefillSession: c.ORT_PREFILL_SESSION,
+      longSession: c.ORT_LONG_STEP_SESSION,
       tokensPostIntervalMs: c.TOKENS_POST_INTERVAL_MS,
       kvSplit: c.KV_SPLIT_LONG_ROWS,
       kvOnDevice: c.KV_ON_DEVICE,

@@ -226,8 +226,8 @@ export function slotCacheAttention(
  * and the step's own keys and values [B, KV, S, hd]; returns the context [B, KV, g*S, hd]. The
  * cache's scores and the new tokens' are concatenated for one Softmax and its probabilities split
  * again: a copy of the scores, which at a decode step (S = 1) is far smaller than a copy of the
- * cache's keys and values would be. For a long prompt's step the other forms measured were no
- * faster by enough to keep a second graph for them (bench/attention-forms.ts).
+ * cache's keys and values would be. A long prompt's step runs causalChunksAttention instead, in a
+ * session of its own (runtime/long-steps.ts).
  */
 export function slotAttentionCore(
   gb: GraphBuilder,
@@ -240,4 +240,39 @@ export function slotAttentionCore(
   const probs = softmaxNoDenormals(gb, gb.op1('Concat', [cacheScores, newScores], { axis: -1 }));
   const [pCache, pNew] = gb.op('Split', [probs, c.probSplit], { axis: -1 }, 2) as [string, string];
   return gb.op1('Add', [gb.op1('MatMul', [pCache, t.cacheV]), gb.op1('MatMul', [pNew, t.v])]);
+}
+
+/**
+ * slotAttentionCore with the new tokens' queries in `chunks` pieces of about equal length, each
+ * scoring the cache and only the new keys up to its own end (the causal mask's upper triangle is
+ * not computed), the pieces' contexts concatenated again; `output` names the result. The same
+ * answer to float32's rounding. A long prompt's step (a thousand tokens on an empty cache) holds a
+ * score tensor per layer of heads x S x S floats (32 MB at m25's 8 heads), which spills the CPU's
+ * caches several times over in the Concat, Softmax and Split; pieces of a quarter keep it a quarter.
+ * At short steps the pieces' own nodes cost more than that saves (bench/attention-forms.ts), so
+ * only a session for long steps runs this form (runtime/long-steps.ts).
+ */
+export function causalChunksAttention(
+  gb: GraphBuilder,
+  t: { q: string; k: string; v: string; cacheK: string; cacheV: string },
+  c: { cacheBias: string; newBias: string },
+  chunks: number,
+  output?: string,
+): string {
+  const dim = (x: string, axis: number) => gb.op1('Slice', [gb.op1('Shape', [x]), gb.i64([axis]), gb.i64([axis + 1])]);
+  const S = dim(t.q, 2);
+  // Piece i holds queries [bounds[i], bounds[i + 1]): ceil(S / chunks) each, the last what is left.
+  const per = gb.op1('Div', [gb.op1('Add', [S, gb.i64([chunks - 1])]), gb.i64([chunks])]);
+  const bounds = gb.op1('Min', [gb.op1('Mul', [per, gb.i64([...Array(chunks + 1).keys()])]), S]);
+  const at = (i: number) => gb.op1('Slice', [bounds, gb.i64([i]), gb.i64([i + 1])]);
+  const sizes = gb.op1('Sub', [gb.op1('Slice', [bounds, gb.i64([1]), gb.i64([chunks + 1])]), gb.op1('Slice', [bounds, gb.i64([0]), gb.i64([chunks])])]);
+  const qs = gb.op('Split', [t.q, sizes], { axis: 2 }, chunks);
+  const parts = qs.map((q, i) => {
+    const [start, end] = [at(i), at(i + 1)];
+    const upTo = (x: string) => gb.op1('Slice', [x, gb.i64([0]), end, gb.i64([2])]);
+    const bias = gb.op1('Slice', [c.newBias, gb.op1('Concat', [start, gb.i64([0])], { axis: 0 }), gb.op1('Concat', [end, end], { axis: 0 }), gb.i64([2, 3])]);
+    const probSplit = gb.op1('Concat', [dim(t.cacheK, 2), end], { axis: 0 });
+    return slotAttentionCore(gb, { q, k: upTo(t.k), v: upTo(t.v), cacheK: t.cacheK, cacheV: t.cacheV }, { cacheBias: c.cacheBias, newBias: bias, probSplit });
+  });
+  return gb.op1('Concat', parts, { axis: 2 }, output);
 }

@@ -48,6 +48,8 @@ export interface EngineConfig {
   spinningSession?: boolean;
   /** ORT_PREFILL_SESSION: a model of block-quantized weights also loads its graph with those products as int8 ones, for steps of several rows (extraSessionsFor). */
   prefillSession?: boolean;
+  /** ORT_LONG_STEP_SESSION: such a model also loads that graph with its attention in pieces, for long prompts' steps (extraSessionsFor). */
+  longSession?: boolean;
   /** TOKENS_POST_INTERVAL_MS: how long a decode run's fast steps are held before their tokens are posted (token-posts.ts). */
   tokensPostIntervalMs?: number;
   /** MODEL_REPLICAS: workers of each chat model on the CPU, its requests spread over them (replicas.ts); default 1. */
@@ -139,7 +141,9 @@ export function threadsFor(modelFile: string): number {
  * products as int8 ones for steps of several rows, on any number of threads (the worker leaves
  * it out where the graph has no such products), and where it has both, that graph on spinning
  * threads too, for short steps while few sequences run. `prefillNarrow`: that graph may load on one
- * thread too, beside busy peers (the worker decides), where the model is small enough for more copies.
+ * thread too, beside busy peers (the worker decides), where the model is small enough for more copies;
+ * `long`: that graph with its attention in pieces of the queries, for long steps (long-steps.ts), as
+ * ORT_LONG_STEP_SESSION allows, where the model is small enough for one more copy.
  * `memory`: memoryForModels(); `graphs`: the graphs that would get a prefill session (2 for an
  * evaluation model with its branch graph).
  */
@@ -147,7 +151,7 @@ export function extraSessionsFor(
   modelFile: string,
   threads: number,
   dtype: ModelDtype,
-  allow: { narrow: boolean; spinning: boolean; prefill: boolean; spin: ThreadSpin },
+  allow: { narrow: boolean; spinning: boolean; prefill: boolean; long?: boolean; spin: ThreadSpin },
   { memory = memoryForModels(), graphs = 1 }: { memory?: number; graphs?: number } = {},
 ): Required<LoadedSessions> {
   const bytes = modelBytes(modelFile);
@@ -156,7 +160,7 @@ export function extraSessionsFor(
   const spinning = fits && allow.spinning && allow.spin === 'off';
   const prefillFits = small || (bytes <= PREFILL_SESSION_MODEL_BYTES_MAX && graphs * PREFILL_SESSION_BYTES_PER_MODEL_BYTE * bytes <= PREFILL_SESSION_MEMORY_SHARE * memory);
   const prefill = prefillFits && allow.prefill && BLOCK_QUANTIZED_DTYPES.has(dtype);
-  return { narrow: fits && allow.narrow, spinning, prefill, prefillSpinning: spinning && prefill, prefillNarrow: prefill && small };
+  return { narrow: fits && allow.narrow, spinning, prefill, prefillSpinning: spinning && prefill, prefillNarrow: prefill && small, long: prefill && small && allow.long !== false };
 }
 
 /** The weight variant a folder serves: the daemon-wide choice where the folder has it, else its cloudgate.json's. */
@@ -173,10 +177,16 @@ export function pickVariant(dir: string, own: ModelDtype, daemonWide?: ModelDtyp
  * The worker's init fields for the extra sessions of a model on the CPU. A worker whose GPU
  * provider starts loads none; one that falls back to the CPU loads these.
  */
-function extraSessions(cfg: EngineConfig, modelPath: string, threads: number, dtype: ModelDtype, branchModelPath: string | undefined): { narrowSession: boolean; spinningSession: boolean; prefillSession: boolean; prefillNarrowSession: boolean } {
-  const allow = { narrow: cfg.narrowSession !== false, spinning: cfg.spinningSession !== false, prefill: cfg.prefillSession !== false, spin: cfg.threadsSpin ?? 'off' };
+function extraSessions(
+  cfg: EngineConfig,
+  modelPath: string,
+  threads: number,
+  dtype: ModelDtype,
+  branchModelPath: string | undefined,
+): { narrowSession: boolean; spinningSession: boolean; prefillSession: boolean; prefillNarrowSession: boolean; longSession: boolean } {
+  const allow = { narrow: cfg.narrowSession !== false, spinning: cfg.spinningSession !== false, prefill: cfg.prefillSession !== false, long: cfg.longSession !== false, spin: cfg.threadsSpin ?? 'off' };
   const x = extraSessionsFor(modelPath, threads, dtype, allow, { graphs: branchModelPath ? 2 : 1 });
-  return { narrowSession: x.narrow, spinningSession: x.spinning, prefillSession: x.prefill, prefillNarrowSession: x.prefillNarrow };
+  return { narrowSession: x.narrow, spinningSession: x.spinning, prefillSession: x.prefill, prefillNarrowSession: x.prefillNarrow, longSession: x.long };
 }
 
 /** Every engine of this process on webgpu shares onnxruntime's one webgpu context, so one lock (device-lock.ts). */

@@ -30,6 +30,8 @@ export interface InitMsg {
   prefillSession: boolean;
   /** That graph may also load on one thread, for steps while other model workers fill the cores (peers.ts): only a model small enough for one more copy. */
   prefillNarrowSession: boolean;
+  /** Also load that graph (or the graph as converted) with its attention in pieces of the queries, for long steps (long-steps.ts): only a model small enough for one more copy. */
+  longSession: boolean;
   /** Niceness of the worker's ONNX threads (Linux; 0 leaves them at the process's). */
   nice: number;
   /** Niceness of the worker's own thread (thread-policy.ts workerThreadNice): at most `nice`. */
@@ -72,9 +74,9 @@ export interface InitMsg {
   keptBytesAtLoad: number;
 }
 
-/** Forward passes the worker has run since it started, by session: every core sleeping (wide), one thread (narrow), every core spinning (spinning), the products as int8 ones (prefill), those on spinning threads (prefillSpinning), on one thread (prefillNarrow). */
+/** Forward passes the worker has run since it started, by session: every core sleeping (wide), one thread (narrow), every core spinning (spinning), the products as int8 ones (prefill), those on spinning threads (prefillSpinning), on one thread (prefillNarrow), that graph with its attention in pieces (long). */
 export type ModelPasses = Record<SessionKind, number>;
-export const noPasses = (): ModelPasses => ({ wide: 0, narrow: 0, spinning: 0, prefill: 0, prefillSpinning: 0, prefillNarrow: 0 });
+export const noPasses = (): ModelPasses => ({ wide: 0, narrow: 0, spinning: 0, prefill: 0, prefillSpinning: 0, prefillNarrow: 0, long: 0 });
 
 export interface Arch {
   layers: number;

@@ -242,6 +242,7 @@ export class Runner {
     M.passes.inc({ model: this.modelId, threads: 'all_prefill' }, p.prefill - this.passesSeen.prefill);
     M.passes.inc({ model: this.modelId, threads: 'all_prefill_spinning' }, p.prefillSpinning - this.passesSeen.prefillSpinning);
     M.passes.inc({ model: this.modelId, threads: 'one_prefill' }, p.prefillNarrow - this.passesSeen.prefillNarrow);
+    M.passes.inc({ model: this.modelId, threads: 'all_long' }, p.long - this.passesSeen.long);
     this.passesSeen = { ...p };
   }
 

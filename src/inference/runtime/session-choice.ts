@@ -9,10 +9,11 @@
 // weights (int8, q4) may also have a session for steps of several rows ("prefill",
 // prefill-graph.ts: its products as int8 ones, whose kernel is the faster one from a few rows
 // on), and while few sequences run, the same on spinning threads for short steps
-// ("prefillSpinning": a chat prompt's). Where the crossings lie
+// ("prefillSpinning": a chat prompt's), and for a long prompt's steps that graph with its attention
+// in pieces of the queries ("long", long-steps.ts). Where the crossings lie
 // depends on the model and the machine, so they are measured as the steps run.
 
-export type SessionKind = 'narrow' | 'wide' | 'spinning' | 'prefill' | 'prefillSpinning' | 'prefillNarrow';
+export type SessionKind = 'narrow' | 'wide' | 'spinning' | 'prefill' | 'prefillSpinning' | 'prefillNarrow' | 'long';
 
 /**
  * Steps of more tokens than this never run on one thread: one thread pays off only for the
@@ -47,6 +48,15 @@ export const PREFILL_STEP_TOKENS_MIN = 8;
  * ran, which for a spinning twin of every long step would be one more copy of a long prompt's.
  */
 export const PREFILL_SPINNING_STEP_TOKENS_MAX = 32;
+/**
+ * Steps whose longest row adds fewer tokens than this never run on the long-step session
+ * (long-steps.ts): its attention in pieces of a row's queries gains where that row's score tensors
+ * spill the caches (a 1,000-token prompt of m25 int4 on an empty cache, 0.56-0.80 of the prefill
+ * graph's time), ran even at 512 tokens (1.04-1.10 in one run) and lost below (64 tokens 1.17), and
+ * many short rows (64 prompts joining at once) are short pieces. So it is offered from rows past 512
+ * tokens (bucketOf's 513-1,024 and up), and measured there against the others.
+ */
+export const LONG_SESSION_STEP_TOKENS_MIN = 513;
 /**
  * Steps of at least this many tokens may count as long (LONG_RUN_MS): a prompt's, not a decode
  * step's, whose retries must stay frequent (below).
@@ -128,11 +138,13 @@ export interface LoadedSessions {
   prefillSpinning: boolean;
   /** The prefill graph on one thread, for steps while other model workers fill the cores (peers.ts); absent: not loaded. */
   prefillNarrow?: boolean;
+  /** The prefill graph with its attention in pieces, for long steps (long-steps.ts); absent: not loaded. */
+  long?: boolean;
 }
 
 /** Each kind's bit in a set of allowed sessions: a set is a small number, the key of its state below. */
-const KIND_BIT: Record<SessionKind, number> = { wide: 1, narrow: 2, spinning: 4, prefill: 8, prefillSpinning: 16, prefillNarrow: 32 };
-const EXTRA_KINDS = ['narrow', 'spinning', 'prefill', 'prefillSpinning'] as const;
+const KIND_BIT: Record<SessionKind, number> = { wide: 1, narrow: 2, spinning: 4, prefill: 8, prefillSpinning: 16, prefillNarrow: 32, long: 64 };
+const EXTRA_KINDS = ['narrow', 'spinning', 'prefill', 'prefillSpinning', 'long'] as const;
 const setOf = (kinds: readonly SessionKind[]): number => kinds.reduce((m, k) => m | KIND_BIT[k], 0);
 /** Every allowed set, one array each (the wide session first): a step asks for one and allocates nothing. */
 const SETS = new Map<number, readonly SessionKind[]>();
@@ -144,8 +156,11 @@ for (let extra = 0; extra < 1 << EXTRA_KINDS.length; extra++) {
 /** A crowded step's one-thread sessions (a set of one kind runs without being measured, SessionChoice.run). */
 const CROWDED_SETS: ReadonlyArray<readonly SessionKind[]> = [[], ['narrow'], ['prefillNarrow'], ['narrow', 'prefillNarrow']];
 
-/** The sessions a step may run on: `tokens` is rows x new tokens, `sequences` the sequences the model holds. */
-export function sessionsFor(tokens: number, sequences: number, loaded: LoadedSessions, crowded = false): readonly SessionKind[] {
+/**
+ * The sessions a step may run on: `tokens` is rows x new tokens, `sequences` the sequences the
+ * model holds, `rowTokens` the new tokens of its longest row.
+ */
+export function sessionsFor(tokens: number, sequences: number, loaded: LoadedSessions, crowded = false, rowTokens = tokens): readonly SessionKind[] {
   // Other model workers' steps fill the cores but one (peers.ts): a step takes one core where
   // it has a one-thread session, and no step spins on the cores the others need.
   if (crowded) {
@@ -158,6 +173,7 @@ export function sessionsFor(tokens: number, sequences: number, loaded: LoadedSes
   if (loaded.spinning && sequences <= SPINNING_SEQUENCES_MAX) set |= KIND_BIT.spinning;
   if (loaded.prefill && tokens >= PREFILL_STEP_TOKENS_MIN) set |= KIND_BIT.prefill;
   if (loaded.prefillSpinning && sequences <= SPINNING_SEQUENCES_MAX && tokens >= PREFILL_STEP_TOKENS_MIN && tokens <= PREFILL_SPINNING_STEP_TOKENS_MAX) set |= KIND_BIT.prefillSpinning;
+  if (loaded.long && rowTokens >= LONG_SESSION_STEP_TOKENS_MIN) set |= KIND_BIT.long;
   return SETS.get(set)!;
 }
 
@@ -231,7 +247,7 @@ export class SessionChoice {
     let b = this.buckets.get(key);
     if (!b) {
       const none = (): Estimate => ({ runs: 0, recent: [] });
-      b = { est: { narrow: none(), wide: none(), spinning: none(), prefill: none(), prefillSpinning: none(), prefillNarrow: none() }, current: new Map(), sinceRetry: new Map(), lastRetried: new Map(), ratios: new Map(), burst: undefined, long: false };
+      b = { est: { narrow: none(), wide: none(), spinning: none(), prefill: none(), prefillSpinning: none(), prefillNarrow: none(), long: none() }, current: new Map(), sinceRetry: new Map(), lastRetried: new Map(), ratios: new Map(), burst: undefined, long: false };
       this.buckets.set(key, b);
     }
     return b;

@@ -40,25 +40,29 @@ describe('extraSessionsFor', () => {
   it('gives a model on several threads a one-thread and a spinning session too, unless its weights are over 256 MiB', () =>
     withModelDir((file, size) => {
       size(file, 18 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, 'fp32', allow)).toEqual({ narrow: true, spinning: true, prefill: false, prefillSpinning: false, prefillNarrow: false });
-      expect(extraSessionsFor(file, 1, 'fp32', allow)).toEqual({ narrow: false, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false }); // one thread already
+      expect(extraSessionsFor(file, 2, 'fp32', allow)).toEqual({ narrow: true, spinning: true, prefill: false, prefillSpinning: false, prefillNarrow: false, long: false });
+      expect(extraSessionsFor(file, 1, 'fp32', allow)).toEqual({ narrow: false, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false, long: false }); // one thread already
       size(`${file}.data`, 300 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, 'fp32', allow)).toEqual({ narrow: false, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false });
+      expect(extraSessionsFor(file, 2, 'fp32', allow)).toEqual({ narrow: false, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false, long: false });
     }));
   it('gives a block-quantized variant (int8, q4) a prefill session on any number of threads, past 256 MiB of weights only where its memory fits', () =>
     withModelDir((file, size) => {
       size(file, 18 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, 'q4', allow)).toEqual({ narrow: true, spinning: true, prefill: true, prefillSpinning: true, prefillNarrow: true });
-      expect(extraSessionsFor(file, 1, 'q4f16', allow)).toEqual({ narrow: false, spinning: false, prefill: true, prefillSpinning: false, prefillNarrow: true });
+      expect(extraSessionsFor(file, 2, 'q4', allow)).toEqual({ narrow: true, spinning: true, prefill: true, prefillSpinning: true, prefillNarrow: true, long: true });
+      expect(extraSessionsFor(file, 1, 'q4f16', allow)).toEqual({ narrow: false, spinning: false, prefill: true, prefillSpinning: false, prefillNarrow: true, long: true });
       expect(extraSessionsFor(file, 1, 'int8', allow).prefill).toBe(true);
       expect(extraSessionsFor(file, 2, 'uint8', allow).prefill).toBe(false); // onnxruntime's own integer products already
       expect(extraSessionsFor(file, 1, 'q4', { ...allow, prefill: false }).prefill).toBe(false);
       // the spinning twin of the prefill graph only where both the spinning and the prefill sessions load
       expect(extraSessionsFor(file, 2, 'q4', { ...allow, spinning: false }).prefillSpinning).toBe(false);
       expect(extraSessionsFor(file, 2, 'q4', { ...allow, prefill: false }).prefillSpinning).toBe(false);
+      // the long-step session (its attention in pieces) only with the prefill graph, and as ORT_LONG_STEP_SESSION allows
+      expect(extraSessionsFor(file, 2, 'q4', { ...allow, prefill: false }).long).toBe(false);
+      expect(extraSessionsFor(file, 2, 'q4', { ...allow, long: false }).long).toBe(false);
+      expect(extraSessionsFor(file, 2, 'q4', { ...allow, long: false }).prefill).toBe(true);
       // Past 256 MiB: where five times the files fit in a quarter of the memory, no copy on one thread (prefillNarrow)
       size(`${file}.data`, 300 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, 'q4', allow, { memory: 8 * 2 ** 30 })).toEqual({ narrow: false, spinning: false, prefill: true, prefillSpinning: false, prefillNarrow: false });
+      expect(extraSessionsFor(file, 2, 'q4', allow, { memory: 8 * 2 ** 30 })).toEqual({ narrow: false, spinning: false, prefill: true, prefillSpinning: false, prefillNarrow: false, long: false });
       expect(extraSessionsFor(file, 2, 'q4', allow, { memory: 4 * 2 ** 30 }).prefill).toBe(false);
       // an evaluation model's branch graph gets one too: twice the memory
       expect(extraSessionsFor(file, 2, 'q4', allow, { memory: 8 * 2 ** 30, graphs: 2 }).prefill).toBe(false);
@@ -91,9 +95,9 @@ describe('extraSessionsFor', () => {
   it('loads each only where its setting allows, and no spinning one where the every-core session spins already', () =>
     withModelDir((file, size) => {
       size(file, 18 * 2 ** 20);
-      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, narrow: false })).toEqual({ narrow: false, spinning: true, prefill: false, prefillSpinning: false, prefillNarrow: false });
-      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spinning: false })).toEqual({ narrow: true, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false });
-      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spin: 'run' })).toEqual({ narrow: true, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false });
-      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spin: 'always' })).toEqual({ narrow: true, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false });
+      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, narrow: false })).toEqual({ narrow: false, spinning: true, prefill: false, prefillSpinning: false, prefillNarrow: false, long: false });
+      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spinning: false })).toEqual({ narrow: true, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false, long: false });
+      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spin: 'run' })).toEqual({ narrow: true, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false, long: false });
+      expect(extraSessionsFor(file, 2, 'fp32', { ...allow, spin: 'always' })).toEqual({ narrow: true, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false, long: false });
     }));
 });

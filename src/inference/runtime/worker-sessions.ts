@@ -7,6 +7,7 @@ import { providerEntry } from './execution-provider.js';
 import type { LoadedSessions, SessionKind } from './session-choice.js';
 import { spinningSessionConfig, spinSessionConfig } from './spin.js';
 import { prefillGraph } from './prefill-graph.js';
+import { longStepGraph } from './long-steps.js';
 import { withRewrittenGraphConfig } from './external-data.js';
 import { residentSessions, type ResidentSessions } from './kv-resident.js';
 import { weightTypeHere } from './integer-products.js';
@@ -29,7 +30,8 @@ export interface LoadedModel {
    * threads spinning while a run lasts, for steps while few sequences run; `prefill` the graph
    * with its block-quantized products as int8 ones, for steps of several rows (prefill-graph.ts);
    * `prefillSpinning` that graph on spinning threads, for short steps while few sequences run;
-   * `prefillNarrow` that graph on one thread, for steps while other model workers fill the cores (peers.ts).
+   * `prefillNarrow` that graph on one thread, for steps while other model workers fill the cores (peers.ts);
+   * `long` that graph with its attention in pieces of the queries, for long prompts' steps (long-steps.ts).
    */
   byKind: Record<SessionKind, ort.InferenceSession | undefined>;
   /** Which of the extra sessions loaded. */
@@ -96,7 +98,7 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void, o
   // A file's prefill graph, made once for its sessions; undefined where it has no block-quantized
   // products to change: nothing to load. One it could not make is not tried again for each session.
   const prefillGraphs = new Map<string, Uint8Array | undefined | Error>();
-  const prefillSessionOf = async (file: string, options: ort.InferenceSession.SessionOptions = prefillOptions) => {
+  const prefillGraphOf = async (file: string): Promise<Uint8Array | undefined> => {
     if (!prefillGraphs.has(file)) {
       const weightType = await weightTypeHere();
       try {
@@ -107,7 +109,17 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void, o
     }
     const graph = prefillGraphs.get(file);
     if (graph instanceof Error) throw graph;
+    return graph;
+  };
+  const prefillSessionOf = async (file: string, options: ort.InferenceSession.SessionOptions = prefillOptions) => {
+    const graph = await prefillGraphOf(file);
     return graph ? createSession(graph, withRewrittenGraphConfig(options, file)) : undefined;
+  };
+  // The prefill graph with its attention in pieces (long-steps.ts); none where either rewrite finds nothing to change.
+  const longSessionOf = async (file: string) => {
+    const prefill = await prefillGraphOf(file);
+    const graph = prefill && longStepGraph(prefill);
+    return graph ? createSession(graph, withRewrittenGraphConfig(prefillOptions, file)) : undefined;
   };
   // The extra sessions are CPU sessions: a model on a GPU provider runs every step on it.
   const onCpu = provider === 'cpu';
@@ -123,8 +135,9 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void, o
     // On one thread anyway, the prefill session is that already.
     prefillNarrow:
       onCpu && msg.prefillNarrowSession && (msg.peers?.live.length ?? 0) > 1 && msg.intraOpThreads > 1 ? await extra('one-thread prefill session', 'a step of several rows beside other busy models runs on every core', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, intraOpNumThreads: 1 })) : undefined,
+    long: onCpu && msg.longSession ? await extra('long-step session', "a long prompt's attention runs in one piece", () => longSessionOf(msg.modelPath)) : undefined,
   };
-  const loaded = { narrow: !!byKind.narrow, spinning: !!byKind.spinning, prefill: !!byKind.prefill, prefillSpinning: !!byKind.prefillSpinning, prefillNarrow: !!byKind.prefillNarrow };
+  const loaded = { narrow: !!byKind.narrow, spinning: !!byKind.spinning, prefill: !!byKind.prefill, prefillSpinning: !!byKind.prefillSpinning, prefillNarrow: !!byKind.prefillNarrow, long: !!byKind.long };
   if (byKind.prefill || byKind.prefillSpinning) arch.prefillWeights = await weightTypeHere();
   // Only webgpu hands a tensor back on the device (onnxruntime-node's 'gpu-buffer'); elsewhere the cache would go round the host as before.
   const resident =

@@ -319,7 +319,8 @@ async function runModel(feeds: Record<string, ort.Tensor>, tokens: number): Prom
     w.passes.wide++;
     return w.session!.run(feeds);
   }
-  const kinds = sessionsFor(tokens, live, w.loaded, w.peers.crowded());
+  // The step's row length: input_ids [rows, longest row's new tokens].
+  const kinds = sessionsFor(tokens, live, w.loaded, w.peers.crowded(), Number(feeds.input_ids?.dims[1] ?? tokens));
   const { out, kind } = await w.choice.run(tokens, kinds, (k) => w.byKind[k]!.run(feeds), readsNoCache(feeds));
   w.passes[kind]++;
   return out;
