@@ -3,13 +3,12 @@ import type { onnx as P } from 'onnx-proto';
 import { GraphBuilder } from '../convert/onnx-graph.js';
 import { causalChunksAttention } from '../convert/onnx-attention.js';
 
-// The graph a model's long steps run on (session-choice.ts `long`): the prefill graph (or the
-// graph as converted) with each layer's attention over the slot cache in causal pieces of the
-// queries (onnx-attention.ts causalChunksAttention). A 1,000-token prompt of m25 int4 on an empty
-// cache took 0.56-0.80 of the prefill graph's time in a step alone, and its time to first token
-// through the daemon 0.586 (bench/README.md "Long prompts' attention in pieces"); at 512 tokens
-// the two forms ran even, and below that the pieces' nodes cost more than they save, so the
-// prefill graph keeps the one-piece form for the steps it runs.
+// The graph a model's long steps run on (session-choice.ts `long`): the prefill graph with each
+// layer's attention over the slot cache in causal pieces of the queries (onnx-attention.ts
+// causalChunksAttention). A 1,000-token prompt of m25 int4 on an empty cache took 0.56-0.80 of the
+// prefill graph's time in a step alone (bench/README.md "Long prompts' attention in pieces"); at
+// 512 tokens the two forms ran even, and below that the pieces' nodes cost more than they save, so
+// the prefill graph keeps the one-piece form for the steps it runs.
 
 const onnx = onnxProto.onnx;
 

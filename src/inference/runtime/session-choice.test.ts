@@ -50,15 +50,15 @@ describe('sessionsFor', () => {
     expect(sessionsFor(16 * 20, 16, all)).toEqual(['wide', 'prefill']); // 16 prompts of 20 tokens in one step
     expect(sessionsFor(1, 1, all)).toEqual(ALL);
   });
-  it('offers the long-step session only to steps whose longest row adds at least LONG_SESSION_STEP_TOKENS_MIN tokens, never while crowded', () => {
+  it('offers the long-step session in the prefill session\'s place to steps whose longest row adds at least LONG_SESSION_STEP_TOKENS_MIN tokens, never while crowded', () => {
     const all = { narrow: true, spinning: true, prefill: true, prefillSpinning: true, long: true };
-    expect(sessionsFor(LONG_SESSION_STEP_TOKENS_MIN, 1, all)).toEqual(['wide', 'spinning', 'prefill', 'long']); // one long prompt chunk
+    expect(sessionsFor(LONG_SESSION_STEP_TOKENS_MIN, 1, all)).toEqual(['wide', 'spinning', 'long']); // one long prompt chunk
     expect(sessionsFor(LONG_SESSION_STEP_TOKENS_MIN - 1, 1, all)).toEqual(['wide', 'spinning', 'prefill']);
-    expect(sessionsFor(1000, 16, all)).toEqual(['wide', 'prefill', 'long']);
+    expect(sessionsFor(1000, 16, all)).toEqual(['wide', 'long']);
     // many short rows are many short pieces: 64 prompts of 20 tokens joining at once
     expect(sessionsFor(64 * 20, 64, all, false, 20)).toEqual(['wide', 'prefill']);
-    expect(sessionsFor(2 * 600, 2, all, false, 600)).toEqual(['wide', 'spinning', 'prefill', 'long']);
-    expect(sessionsFor(1000, 1, { ...all, long: false })).not.toContain('long');
+    expect(sessionsFor(2 * 600, 2, all, false, 600)).toEqual(['wide', 'spinning', 'long']);
+    expect(sessionsFor(1000, 1, { ...all, long: false })).toEqual(['wide', 'spinning', 'prefill']);
     expect(sessionsFor(1000, 1, { ...all, prefillNarrow: true }, true)).toEqual(['prefillNarrow']);
   });
 

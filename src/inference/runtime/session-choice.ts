@@ -49,12 +49,15 @@ export const PREFILL_STEP_TOKENS_MIN = 8;
  */
 export const PREFILL_SPINNING_STEP_TOKENS_MAX = 32;
 /**
- * Steps whose longest row adds fewer tokens than this never run on the long-step session
- * (long-steps.ts): its attention in pieces of a row's queries gains where that row's score tensors
- * spill the caches (a 1,000-token prompt of m25 int4 on an empty cache, 0.56-0.80 of the prefill
- * graph's time), ran even at 512 tokens (1.04-1.10 in one run) and lost below (64 tokens 1.17), and
- * many short rows (64 prompts joining at once) are short pieces. So it is offered from rows past 512
- * tokens (bucketOf's 513-1,024 and up), and measured there against the others.
+ * Steps whose longest row adds at least this many tokens run on the long-step session
+ * (long-steps.ts) where the prefill session would: the same graph, its attention in pieces of a
+ * row's queries. That gains where the row's score tensors spill the caches (a 1,000-token prompt of
+ * m25 int4 on an empty cache, 0.56-0.80 of the prefill graph's time; 768 tokens 0.93; 976 over a
+ * cache of 1,024, 0.94-0.96), ran even at 512-640 tokens (1.00-1.10) and lost below (64 tokens
+ * 1.17), and many short rows (64 prompts joining at once) are short pieces. It takes the prefill
+ * session's place rather than joining the sessions measured: each one measured at a long size costs
+ * a few long steps on it, and with both offered a 1,000-token prompt's time to first token gained
+ * 0.965 over ten prompts against 0.586 with the pieces in the prefill session itself.
  */
 export const LONG_SESSION_STEP_TOKENS_MIN = 513;
 /**
@@ -171,9 +174,8 @@ export function sessionsFor(tokens: number, sequences: number, loaded: LoadedSes
   let set = KIND_BIT.wide;
   if (loaded.narrow && tokens <= NARROW_STEP_TOKENS_MAX) set |= KIND_BIT.narrow;
   if (loaded.spinning && sequences <= SPINNING_SEQUENCES_MAX) set |= KIND_BIT.spinning;
-  if (loaded.prefill && tokens >= PREFILL_STEP_TOKENS_MIN) set |= KIND_BIT.prefill;
+  if (loaded.prefill && tokens >= PREFILL_STEP_TOKENS_MIN) set |= loaded.long && rowTokens >= LONG_SESSION_STEP_TOKENS_MIN ? KIND_BIT.long : KIND_BIT.prefill;
   if (loaded.prefillSpinning && sequences <= SPINNING_SEQUENCES_MAX && tokens >= PREFILL_STEP_TOKENS_MIN && tokens <= PREFILL_SPINNING_STEP_TOKENS_MAX) set |= KIND_BIT.prefillSpinning;
-  if (loaded.long && rowTokens >= LONG_SESSION_STEP_TOKENS_MIN) set |= KIND_BIT.long;
   return SETS.get(set)!;
 }
 
