@@ -102,7 +102,7 @@ describe('an engine with a long-step session (ORT_LONG_STEP_SESSION)', () => {
       return out;
     };
     try {
-      // One step of 600 tokens a prompt (the idle step budget is 1,024): the session choice gives
+      // One step a prompt of 727 tokens (the idle step budget is 1,024): the session choice gives
       // each session offered at that size its turns, the long-step one in the prefill session's place.
       for (let i = 0; i < 6; i++) {
         const prompt = Array.from({ length: LONG_SESSION_STEP_TOKENS_MIN + 87 }, (_, j) => 3 + ((j * (i + 5)) % 500));

@@ -7,7 +7,7 @@ import { causalChunksAttention } from '../convert/onnx-attention.js';
 // layer's attention over the slot cache in causal pieces of the queries (onnx-attention.ts
 // causalChunksAttention). A 1,000-token prompt of m25 int4 on an empty cache took 0.56-0.80 of the
 // prefill graph's time in a step alone (bench/README.md "Long prompts' attention in pieces"); at
-// 512 tokens the two forms ran even, and below that the pieces' nodes cost more than they save, so
+// 640 tokens the two forms ran even, and below that the pieces' nodes cost more than they save, so
 // the prefill graph keeps the one-piece form for the steps it runs.
 
 const onnx = onnxProto.onnx;

@@ -57,7 +57,7 @@ describe('sessionsFor', () => {
     expect(sessionsFor(1000, 16, all)).toEqual(['wide', 'long']);
     // many short rows are many short pieces: 64 prompts of 20 tokens joining at once
     expect(sessionsFor(64 * 20, 64, all, false, 20)).toEqual(['wide', 'prefill']);
-    expect(sessionsFor(2 * 600, 2, all, false, 600)).toEqual(['wide', 'spinning', 'long']);
+    expect(sessionsFor(2 * 700, 2, all, false, 700)).toEqual(['wide', 'spinning', 'long']);
     expect(sessionsFor(1000, 1, { ...all, long: false })).toEqual(['wide', 'spinning', 'prefill']);
     expect(sessionsFor(1000, 1, { ...all, prefillNarrow: true }, true)).toEqual(['prefillNarrow']);
   });

@@ -51,15 +51,15 @@ export const PREFILL_SPINNING_STEP_TOKENS_MAX = 32;
 /**
  * Steps whose longest row adds at least this many tokens run on the long-step session
  * (long-steps.ts) where the prefill session would: the same graph, its attention in pieces of a
- * row's queries. That gains where the row's score tensors spill the caches (a 1,000-token prompt of
- * m25 int4 on an empty cache, 0.56-0.80 of the prefill graph's time; 768 tokens 0.93; 976 over a
- * cache of 1,024, 0.94-0.96), ran even at 512-640 tokens (1.00-1.10) and lost below (64 tokens
- * 1.17), and many short rows (64 prompts joining at once) are short pieces. It takes the prefill
- * session's place rather than joining the sessions measured: each one measured at a long size costs
- * a few long steps on it, and with both offered a 1,000-token prompt's time to first token gained
- * 0.965 over ten prompts against 0.586 with the pieces in the prefill session itself.
+ * row's queries. That gains where the row's score tensors spill the caches: one step of m25 int4
+ * (`bench/long-steps.js`) took 0.616 of the prefill graph's time at 1,000 tokens, 0.881 at 768,
+ * 1.007 at 640 and 1.066 at 512 (m110 int4 0.854 and 0.912), and many short rows (64 prompts
+ * joining at once) are short pieces. It takes the prefill session's place rather than joining the
+ * sessions measured: each one measured at a long size costs a few long steps on it, and with both
+ * offered a 1,000-token prompt's time to first token read 0.965 over ten prompts, where the step
+ * alone read 0.56-0.80.
  */
-export const LONG_SESSION_STEP_TOKENS_MIN = 513;
+export const LONG_SESSION_STEP_TOKENS_MIN = 640;
 /**
  * Steps of at least this many tokens may count as long (LONG_RUN_MS): a prompt's, not a decode
  * step's, whose retries must stay frequent (below).
