@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { log } from '../../log.js';
-import { branchFileOf, modelFileOf, parseModelConfig, type ModelDtype } from '../convert/model-config.js';
+import { branchFileOf, modelFileOf, parseModelConfig, type ModelDtype, type ModelKind } from '../convert/model-config.js';
 import type { ChatMessage, GenerateEvent, GenerateRequest, InferenceEngine, ScoreRequest, ScoreResult, ServedModel } from '../engine-api.js';
 import { deviceLockCell } from './device-lock.js';
 import { engineMetrics } from './metrics.js';
@@ -182,9 +182,12 @@ function extraSessions(
   modelPath: string,
   threads: number,
   dtype: ModelDtype,
+  kind: ModelKind,
   branchModelPath: string | undefined,
 ): { narrowSession: boolean; spinningSession: boolean; prefillSession: boolean; prefillNarrowSession: boolean; longSession: boolean } {
-  const allow = { narrow: cfg.narrowSession !== false, spinning: cfg.spinningSession !== false, prefill: cfg.prefillSession !== false, long: cfg.longSession !== false, spin: cfg.threadsSpin ?? 'off' };
+  // An evaluation model's graphs keep the past layout, whose attention long-steps.ts does not cut: no long-step session to try.
+  const long = cfg.longSession !== false && kind === 'chat';
+  const allow = { narrow: cfg.narrowSession !== false, spinning: cfg.spinningSession !== false, prefill: cfg.prefillSession !== false, long, spin: cfg.threadsSpin ?? 'off' };
   const x = extraSessionsFor(modelPath, threads, dtype, allow, { graphs: branchModelPath ? 2 : 1 });
   return { narrowSession: x.narrow, spinningSession: x.spinning, prefillSession: x.prefill, prefillNarrowSession: x.prefillNarrow, longSession: x.long };
 }
@@ -221,7 +224,7 @@ export class Engine implements InferenceEngine {
         const modelPath = path.join(dir, modelFileOf(dtype));
         const threads = cfg.intraOpThreads ?? threadsFor(modelPath);
         const branchModelPath = c.kind === 'evaluation' && fs.existsSync(branchPath) ? branchPath : undefined;
-        const extra = extraSessions(cfg, modelPath, threads, dtype, branchModelPath);
+        const extra = extraSessions(cfg, modelPath, threads, dtype, c.kind, branchModelPath);
         // Replicas step on one thread beside busy peers (peers.ts): only where that session loads (or one thread is all there is).
         const replicable = c.kind === 'chat' && cfg.executionProvider === 'cpu' && (extra.narrowSession || threads === 1);
         const count = replicable ? (cfg.replicas ?? 1) : 1;
