@@ -21,37 +21,44 @@ import { LONG_SESSION_STEP_TOKENS_MIN } from './session-choice.js';
 // The long-step graph (each layer's attention in causal pieces of the queries) driven the way the
 // worker drives a slot graph, checked against run.c's forward pass: prompts whose length the pieces
 // do not divide, rows of different lengths (left pads) in one step, a chunk over a filled cache,
-// decode steps of one token (pieces of nothing but the last), and the graphs it leaves alone.
+// decode steps of one token (pieces of nothing but the last), grouped query heads, and the graphs it
+// leaves alone.
 
 const TOL = 1e-4;
 const shape = (heads: number, kvHeads: number) => ({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: heads, nKvHeads: kvHeads, vocabSize: 64, seqLen: 160, seed: 5, std: 0.3 });
 const opTypes = (bytes: Uint8Array) => onnxProto.onnx.ModelProto.decode(bytes).graph!.node!.map((n) => n.opType);
 
 describe('longStepGraph', () => {
-  it('answers as the slot graph does through prompts in pieces, chunks over a cache and decode steps', async () => {
-    const ck = generateCheckpoint(shape(4, 4));
-    const long = longStepGraph(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model)!;
-    expect(long).toBeDefined();
-    expect(opTypes(long).filter((t) => t === 'Softmax')).toHaveLength(2 * LONG_STEP_QUERY_CHUNKS);
-    const sess = await ort.InferenceSession.create(long, { intraOpNumThreads: 1 });
-    const sl = new KvSlots({ layers: 2, kvHeads: 4, headDim: headSize(ck.config), positionsMax: 160, emptyCacheFeeds: true });
-    const { check, maxErr, tok } = referenceSteps(ck);
-    const step = async (rows: Array<{ seq: number; tokens: number[] }>) => {
-      const st = slotStepFeeds(sl, rows);
-      check(rows, slotStepDone(sl, st, await sess.run(st.feeds)), (seq) => sl.len(seq));
-    };
-    await promptsBesideDecoding(step, tok);
-    // 45 tokens: pieces of 12, 12, 12 and 9; beside a row of 3 (left-padded by 42)
-    await step([
-      { seq: 5, tokens: tok(45, 5) },
-      { seq: 1, tokens: tok(3, 9) },
-    ]);
-    // a chunk over the 45 positions just cached, fewer tokens than pieces, then one token
-    await step([{ seq: 5, tokens: tok(3, 6) }]);
-    await step([{ seq: 5, tokens: tok(30, 7) }]);
-    await step([1, 5].map((seq) => ({ seq, tokens: tok(1, seq) })));
-    expect(maxErr()).toBeLessThan(TOL);
-  });
+  for (const [heads, kvHeads] of [
+    [4, 4],
+    [8, 4],
+    [4, 1],
+  ] as const) {
+    it(`answers as the slot graph does through prompts in pieces, chunks over a cache and decode steps (${heads} heads, ${kvHeads} kv heads)`, async () => {
+      const ck = generateCheckpoint(shape(heads, kvHeads));
+      const long = longStepGraph(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model)!;
+      expect(long).toBeDefined();
+      expect(opTypes(long).filter((t) => t === 'Softmax')).toHaveLength(2 * LONG_STEP_QUERY_CHUNKS);
+      const sess = await ort.InferenceSession.create(long, { intraOpNumThreads: 1 });
+      const sl = new KvSlots({ layers: 2, kvHeads, headDim: headSize(ck.config), positionsMax: 160, emptyCacheFeeds: true });
+      const { check, maxErr, tok } = referenceSteps(ck);
+      const step = async (rows: Array<{ seq: number; tokens: number[] }>) => {
+        const st = slotStepFeeds(sl, rows);
+        check(rows, slotStepDone(sl, st, await sess.run(st.feeds)), (seq) => sl.len(seq));
+      };
+      await promptsBesideDecoding(step, tok);
+      // 45 tokens: pieces of 12, 12, 12 and 9; beside a row of 3 (left-padded by 42)
+      await step([
+        { seq: 5, tokens: tok(45, 5) },
+        { seq: 1, tokens: tok(3, 9) },
+      ]);
+      // a chunk over the 45 positions just cached, fewer tokens than pieces, then one token
+      await step([{ seq: 5, tokens: tok(3, 6) }]);
+      await step([{ seq: 5, tokens: tok(30, 7) }]);
+      await step([1, 5].map((seq) => ({ seq, tokens: tok(1, seq) })));
+      expect(maxErr()).toBeLessThan(TOL);
+    });
+  }
 
   it('rewrites the prefill graph (int8 products) to the same answers', async () => {
     const ck = generateCheckpoint(shape(4, 4));
@@ -79,8 +86,7 @@ describe('longStepGraph', () => {
     expect(opTypes(long).filter((t) => t === 'Shape').length).toBeGreaterThan(0);
   });
 
-  it('leaves alone the graphs whose attention it cannot cut by token: grouped queries, the past layout', () => {
-    expect(longStepGraph(buildLlamaOnnx(generateCheckpoint(shape(8, 4)), { kvLayout: 'slots' }).model)).toBeUndefined();
+  it('leaves alone the graphs whose attention is not the slot form: the past layout', () => {
     expect(longStepGraph(buildLlamaOnnx(generateCheckpoint(shape(4, 4)), { kvLayout: 'past' }).model)).toBeUndefined();
   });
 });

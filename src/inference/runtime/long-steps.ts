@@ -23,10 +23,9 @@ type Node = P.INodeProto;
 
 /**
  * `bytes` with every layer's slot-cache attention (onnx-attention.ts slotAttentionCore, as the
- * converter writes it) in LONG_STEP_QUERY_CHUNKS causal pieces; undefined where the graph has no
- * such attention, or where one of its Softmax nodes is not one (all or nothing), or where a layer's
- * queries hold several heads a key head (grouped-query models: their queries' axis is heads x
- * tokens, which pieces along it would not cut by token).
+ * converter writes it, grouped queries too) in LONG_STEP_QUERY_CHUNKS causal pieces; undefined
+ * where the graph has no such attention, or where one of its Softmax nodes is not one (all or
+ * nothing).
  */
 export function longStepGraph(bytes: Uint8Array): Uint8Array | undefined {
   const model = onnx.ModelProto.decode(bytes);
@@ -42,14 +41,15 @@ export function longStepGraph(bytes: Uint8Array): Uint8Array | undefined {
   }
   const softmaxes = g.node.filter((n) => n.opType === 'Softmax');
   if (!softmaxes.length) return undefined;
+  const constants = new Map((g.initializer ?? []).map((t) => [t.name!, t]));
   const replaced = new Map<Node, Node[]>(); // each layer's last node -> its new nodes
   const removed = new Set<Node>();
   const added: P.ITensorProto[] = [];
   for (const [layer, softmax] of softmaxes.entries()) {
-    const found = matchCore(softmax, producer, consumers, inputs);
+    const found = matchCore(softmax, producer, consumers, inputs, constants);
     if (!found) return undefined;
     const gb = new GraphBuilder();
-    const ctx = causalChunksAttention(gb, found.t, { cacheBias: 'cache_bias', newBias: 'new_bias' }, LONG_STEP_QUERY_CHUNKS, found.ctx);
+    const ctx = causalChunksAttention(gb, found.t, { cacheBias: 'cache_bias', newBias: 'new_bias' }, LONG_STEP_QUERY_CHUNKS, found.ctx, found.groups);
     gb.output(ctx, 'float32', []);
     // Through the builder's own encoding: its nodes and constants as protobuf, renamed apart from the graph's.
     const piece = onnx.ModelProto.decode(gb.encode({ graphName: 'long', opset: 17, producer: 'cloudgate' }).model).graph!;
@@ -73,6 +73,8 @@ export function longStepGraph(bytes: Uint8Array): Uint8Array | undefined {
 
 interface Core {
   t: { q: string; k: string; v: string; cacheK: string; cacheV: string };
+  /** Query heads a key head: the graph's `new_bias` is tiled this many times for the scores (onnx-writer.ts). */
+  groups: number;
   /** The context's name (the core's last Add), which the rest of the graph reads. */
   ctx: string;
   last: Node;
@@ -85,7 +87,7 @@ interface Core {
  * MatMuls with the cache's values and the new ones, Add. Undefined unless every node is there and
  * nothing but the core reads what it makes (the context aside).
  */
-function matchCore(softmax: Node, producer: Map<string, Node>, consumers: Map<string, Node[]>, inputs: Set<string>): Core | undefined {
+function matchCore(softmax: Node, producer: Map<string, Node>, consumers: Map<string, Node[]>, inputs: Set<string>, constants: Map<string, P.ITensorProto>): Core | undefined {
   const from = (n: Node | undefined, i: number, op: string): Node | undefined => {
     const p = n && producer.get(n.input?.[i] ?? '');
     return p?.opType === op ? p : undefined;
@@ -106,17 +108,31 @@ function matchCore(softmax: Node, producer: Map<string, Node>, consumers: Map<st
   const sum = only(cachePv?.output?.[0], 'Add');
   if (!max || !cat || !floor || !reduce || !cacheScores || !newScores || !cacheMm || !newMm || !cacheKT || !newKT || !split || !cachePv || !newPv || !sum) return undefined;
   if (reduce.input?.[0] !== cat.output?.[0] || cat.input?.length !== 2 || split.output?.length !== 2 || !sum.input?.includes(newPv.output![0]!)) return undefined;
-  if (cacheScores.input?.[1] !== 'cache_bias' || newScores.input?.[1] !== 'new_bias') return undefined;
+  if (cacheScores.input?.[1] !== 'cache_bias') return undefined;
+  const groups = groupsOf(newScores.input?.[1], producer, constants);
   const q = cacheMm.input![0]!;
   const [cacheK, cacheV] = [cacheKT.input![0]!, cachePv.input![1]!];
-  if (newMm.input![0] !== q || !inputs.has(cacheK) || !inputs.has(cacheV)) return undefined;
-  // One query head a key head: the queries come straight from the rotation (grouped ones are reshaped first).
-  if (producer.get(q)?.opType !== 'RotaryEmbedding') return undefined;
+  if (groups === undefined || newMm.input![0] !== q || !inputs.has(cacheK) || !inputs.has(cacheV)) return undefined;
+  // The queries come from the rotation: as they are, or for grouped heads as [B, KV, g*S, hd] (a Reshape).
+  const rotated = groups === 1 ? producer.get(q) : producer.get(q)?.opType === 'Reshape' ? producer.get(producer.get(q)!.input?.[0] ?? '') : undefined;
+  if (rotated?.opType !== 'RotaryEmbedding') return undefined;
   const nodes = [cacheKT, cacheMm, cacheScores, newKT, newMm, newScores, cat, reduce, floor, max, softmax, split, cachePv, newPv, sum];
   const inCore = new Set(nodes);
   const ctx = sum.output![0]!;
   for (const n of nodes) for (const o of n.output ?? []) if (o !== ctx && (consumers.get(o) ?? []).some((c) => !inCore.has(c))) return undefined;
-  return { t: { q, k: newKT.input![0]!, v: newPv.input![1]!, cacheK, cacheV }, ctx, last: sum, nodes };
+  return { t: { q, k: newKT.input![0]!, v: newPv.input![1]!, cacheK, cacheV }, groups, ctx, last: sum, nodes };
+}
+
+/** Query heads a key head, from the bias the new tokens' scores add: `new_bias` itself (1), or it tiled [1, 1, g, 1] (g); undefined otherwise. */
+function groupsOf(bias: string | undefined, producer: Map<string, Node>, constants: Map<string, P.ITensorProto>): number | undefined {
+  if (bias === 'new_bias') return 1;
+  const tile = producer.get(bias ?? '');
+  if (tile?.opType !== 'Tile' || tile.input?.[0] !== 'new_bias') return undefined;
+  const repeats = constants.get(tile.input[1] ?? '');
+  const raw = repeats?.rawData;
+  if (repeats?.dataType !== onnx.TensorProto.DataType.INT64 || !raw || raw.length !== 32) return undefined;
+  const r = new BigInt64Array(Uint8Array.from(raw).buffer);
+  return r[0] === 1n && r[1] === 1n && r[3] === 1n && r[2]! > 1n ? Number(r[2]) : undefined;
 }
 
 /** Drops the nodes and constants nothing reads any more (the cores' shared floor, the probabilities' split sizes). */
