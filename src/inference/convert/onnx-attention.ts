@@ -264,41 +264,27 @@ export function causalChunksAttention(
   groups = 1,
 ): string {
   const dim = (x: string, axis: number) => gb.op1('Slice', [gb.op1('Shape', [x]), gb.i64([axis]), gb.i64([axis + 1])]);
-  if (groups > 1) {
-    // [B, KV, g*S, hd] as [B, KV, g, S, hd]: the pieces cut the token axis of every group alike.
-    const hd = dim(t.q, 3);
-    const split = gb.op1('Concat', [gb.i64([0, 0, groups, -1]), hd], { axis: 0 });
-    const joined = gb.op1('Concat', [gb.i64([0, 0, -1]), hd], { axis: 0 });
-    const q = gb.op1('Reshape', [t.q, split]);
-    const S = dim(q, 3);
-    const per = gb.op1('Div', [gb.op1('Add', [S, gb.i64([chunks - 1])]), gb.i64([chunks])]);
-    const bounds = gb.op1('Min', [gb.op1('Mul', [per, gb.i64([...Array(chunks + 1).keys()])]), S]);
-    const at = (i: number) => gb.op1('Slice', [bounds, gb.i64([i]), gb.i64([i + 1])]);
-    const sizes = gb.op1('Sub', [gb.op1('Slice', [bounds, gb.i64([1]), gb.i64([chunks + 1])]), gb.op1('Slice', [bounds, gb.i64([0]), gb.i64([chunks])])]);
-    const parts = gb.op('Split', [q, sizes], { axis: 3 }, chunks).map((piece, i) => {
-      const [start, end] = [at(i), at(i + 1)];
-      const upTo = (x: string) => gb.op1('Slice', [x, gb.i64([0]), end, gb.i64([2])]);
-      const rows = gb.op1('Slice', [c.newBias, gb.op1('Concat', [start, gb.i64([0])], { axis: 0 }), gb.op1('Concat', [end, end], { axis: 0 }), gb.i64([2, 3])]);
-      const bias = gb.op1('Tile', [rows, gb.i64([1, 1, groups, 1])]);
-      const probSplit = gb.op1('Concat', [dim(t.cacheK, 2), end], { axis: 0 });
-      const ctx = slotAttentionCore(gb, { q: gb.op1('Reshape', [piece, joined]), k: upTo(t.k), v: upTo(t.v), cacheK: t.cacheK, cacheV: t.cacheV }, { cacheBias: c.cacheBias, newBias: bias, probSplit });
-      return gb.op1('Reshape', [ctx, split]);
-    });
-    return gb.op1('Reshape', [gb.op1('Concat', parts, { axis: 3 }), joined], {}, output);
-  }
-  const S = dim(t.q, 2);
+  // Grouped heads: [B, KV, g*S, hd] as [B, KV, g, S, hd], so the pieces cut the token axis of every group alike.
+  const hd = groups > 1 ? dim(t.q, 3) : '';
+  const [grouped, flat] = groups > 1 ? [gb.op1('Concat', [gb.i64([0, 0, groups, -1]), hd], { axis: 0 }), gb.op1('Concat', [gb.i64([0, 0, -1]), hd], { axis: 0 })] : ['', ''];
+  const q = groups > 1 ? gb.op1('Reshape', [t.q, grouped]) : t.q;
+  const tokenAxis = groups > 1 ? 3 : 2;
+  const S = dim(q, tokenAxis);
   // Piece i holds queries [bounds[i], bounds[i + 1]): ceil(S / chunks) each, the last what is left.
   const per = gb.op1('Div', [gb.op1('Add', [S, gb.i64([chunks - 1])]), gb.i64([chunks])]);
   const bounds = gb.op1('Min', [gb.op1('Mul', [per, gb.i64([...Array(chunks + 1).keys()])]), S]);
   const at = (i: number) => gb.op1('Slice', [bounds, gb.i64([i]), gb.i64([i + 1])]);
   const sizes = gb.op1('Sub', [gb.op1('Slice', [bounds, gb.i64([1]), gb.i64([chunks + 1])]), gb.op1('Slice', [bounds, gb.i64([0]), gb.i64([chunks])])]);
-  const qs = gb.op('Split', [t.q, sizes], { axis: 2 }, chunks);
-  const parts = qs.map((q, i) => {
+  const parts = gb.op('Split', [q, sizes], { axis: tokenAxis }, chunks).map((piece, i) => {
     const [start, end] = [at(i), at(i + 1)];
     const upTo = (x: string) => gb.op1('Slice', [x, gb.i64([0]), end, gb.i64([2])]);
-    const bias = gb.op1('Slice', [c.newBias, gb.op1('Concat', [start, gb.i64([0])], { axis: 0 }), gb.op1('Concat', [end, end], { axis: 0 }), gb.i64([2, 3])]);
+    const rows = gb.op1('Slice', [c.newBias, gb.op1('Concat', [start, gb.i64([0])], { axis: 0 }), gb.op1('Concat', [end, end], { axis: 0 }), gb.i64([2, 3])]);
     const probSplit = gb.op1('Concat', [dim(t.cacheK, 2), end], { axis: 0 });
-    return slotAttentionCore(gb, { q, k: upTo(t.k), v: upTo(t.v), cacheK: t.cacheK, cacheV: t.cacheV }, { cacheBias: c.cacheBias, newBias: bias, probSplit });
+    const core = (qq: string, bias: string) => slotAttentionCore(gb, { q: qq, k: upTo(t.k), v: upTo(t.v), cacheK: t.cacheK, cacheV: t.cacheV }, { cacheBias: c.cacheBias, newBias: bias, probSplit });
+    if (groups === 1) return core(piece, rows);
+    // Each group's rows of the bias alike, as the graph tiles it (onnx-writer.ts).
+    return gb.op1('Reshape', [core(gb.op1('Reshape', [piece, flat]), gb.op1('Tile', [rows, gb.i64([1, 1, groups, 1])])), grouped]);
   });
-  return gb.op1('Concat', parts, { axis: 2 }, output);
+  const ctx = gb.op1('Concat', parts, { axis: tokenAxis }, groups > 1 ? undefined : output);
+  return groups > 1 ? gb.op1('Reshape', [ctx, flat], {}, output) : ctx;
 }

@@ -108,6 +108,10 @@ function matchCore(softmax: Node, producer: Map<string, Node>, consumers: Map<st
   const sum = only(cachePv?.output?.[0], 'Add');
   if (!max || !cat || !floor || !reduce || !cacheScores || !newScores || !cacheMm || !newMm || !cacheKT || !newKT || !split || !cachePv || !newPv || !sum) return undefined;
   if (reduce.input?.[0] !== cat.output?.[0] || cat.input?.length !== 2 || split.output?.length !== 2 || !sum.input?.includes(newPv.output![0]!)) return undefined;
+  // Over the last axis, the keys transposed: the converter's attributes (onnx-attention.ts).
+  const lastAxis = [cat, softmax, split].every((n) => attrInt(n, 'axis') === -1);
+  const keysT = [cacheKT, newKT].every((n) => attrInts(n, 'perm')?.join() === '0,1,3,2');
+  if (!lastAxis || !keysT) return undefined;
   if (cacheScores.input?.[1] !== 'cache_bias') return undefined;
   const groups = groupsOf(newScores.input?.[1], producer, constants);
   const q = cacheMm.input![0]!;
@@ -122,6 +126,13 @@ function matchCore(softmax: Node, producer: Map<string, Node>, consumers: Map<st
   for (const n of nodes) for (const o of n.output ?? []) if (o !== ctx && (consumers.get(o) ?? []).some((c) => !inCore.has(c))) return undefined;
   return { t: { q, k: newKT.input![0]!, v: newPv.input![1]!, cacheK, cacheV }, groups, ctx, last: sum, nodes };
 }
+
+const attrOf = (n: Node, name: string) => n.attribute?.find((a) => a.name === name);
+const attrInt = (n: Node, name: string): number | undefined => {
+  const a = attrOf(n, name);
+  return a?.i === undefined || a.i === null ? undefined : Number(a.i);
+};
+const attrInts = (n: Node, name: string): number[] | undefined => attrOf(n, name)?.ints?.map(Number);
 
 /** Query heads a key head, from the bias the new tokens' scores add: `new_bias` itself (1), or it tiled [1, 1, g, 1] (g); undefined otherwise. */
 function groupsOf(bias: string | undefined, producer: Map<string, Node>, constants: Map<string, P.ITensorProto>): number | undefined {
