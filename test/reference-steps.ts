@@ -1,6 +1,8 @@
 import { expect } from 'vitest';
+import ort from 'onnxruntime-node';
 import { RefSequences } from '../src/inference/convert/reference.js';
-import type { LlamaCheckpoint } from '../src/inference/convert/llama2c.js';
+import { headSize, type LlamaCheckpoint } from '../src/inference/convert/llama2c.js';
+import { KvSlots, slotStepDone, slotStepFeeds } from '../src/inference/runtime/kv-slots.js';
 
 /**
  * A KV cache's steps checked against run.c's forward pass one sequence at a time (the slot caches'
@@ -48,4 +50,21 @@ export async function promptsBesideDecoding(step: Step, tok: (n: number, seed: n
     { seq: 4, tokens: tok(4, 5) },
     { seq: 1, tokens: tok(1, 8) },
   ]);
+}
+
+/**
+ * A slot-cache `graph` of `ck` on one thread with a KvSlots of its shape (the model's context), stepped
+ * as worker.ts steps it (slotStepFeeds, a run, slotStepDone), each step checked against the reference
+ * (referenceSteps): `step` runs rows, `sl` is the cache, `maxErr` and `tok` as referenceSteps gives them.
+ */
+export async function checkedSlotSteps(ck: LlamaCheckpoint, graph: Uint8Array) {
+  const sess = await ort.InferenceSession.create(graph, { intraOpNumThreads: 1 });
+  const c = ck.config;
+  const sl = new KvSlots({ layers: c.nLayers, kvHeads: c.nKvHeads, headDim: headSize(c), positionsMax: c.seqLen, emptyCacheFeeds: true });
+  const { check, maxErr, tok } = referenceSteps(ck);
+  const step = async (rows: Array<{ seq: number; tokens: number[] }>) => {
+    const st = slotStepFeeds(sl, rows);
+    check(rows, slotStepDone(sl, st, await sess.run(st.feeds)), (seq) => sl.len(seq));
+  };
+  return { sl, step, maxErr, tok };
 }

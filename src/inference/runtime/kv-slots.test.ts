@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import ort from 'onnxruntime-node';
 import { generateCheckpoint } from '../convert/generate.js';
 import { buildLlamaOnnx, MASK_VALUE } from '../convert/onnx-writer.js';
-import { promptsBesideDecoding, referenceSteps } from '../../../test/reference-steps.js';
+import { checkedSlotSteps, promptsBesideDecoding, referenceSteps } from '../../../test/reference-steps.js';
 import { headSize } from '../convert/llama2c.js';
 import { HIDDEN_BIAS, KvSlots, slotStepDone, slotStepFeeds } from './kv-slots.js';
 import { KeptArena } from './kept-arena.js';
@@ -24,13 +24,7 @@ describe('slot-cache graph and KvSlots', () => {
   ] as const) {
     it(`matches the reference through joins, leaves and chunked prompts (${heads} heads, ${kvHeads} kv heads)`, async () => {
       const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: heads, nKvHeads: kvHeads, vocabSize: 64, seqLen: 160, seed: 5, std: 0.3 });
-      const sess = await ort.InferenceSession.create(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, { intraOpNumThreads: 1 });
-      const sl = new KvSlots({ layers: 2, kvHeads, headDim: headSize(ck.config), positionsMax: 160, emptyCacheFeeds: true });
-      const { check, maxErr, tok } = referenceSteps(ck);
-      const step = async (rows: Array<{ seq: number; tokens: number[] }>) => {
-        const st = slotStepFeeds(sl, rows);
-        check(rows, slotStepDone(sl, st, await sess.run(st.feeds)), (seq) => sl.len(seq));
-      };
+      const { sl, step, maxErr, tok } = await checkedSlotSteps(ck, buildLlamaOnnx(ck, { kvLayout: 'slots' }).model);
       // Prompts beside decoding rows, one in two chunks, then the middle sequence leaves.
       await promptsBesideDecoding(step, tok);
       expect(sl.delete(2)).toBe(true);

@@ -7,7 +7,7 @@ import onnxProto from 'onnx-proto';
 import { generateCheckpoint } from '../convert/generate.js';
 import { buildLlamaOnnx } from '../convert/onnx-writer.js';
 import { headSize } from '../convert/llama2c.js';
-import { promptsBesideDecoding, referenceSteps } from '../../../test/reference-steps.js';
+import { checkedSlotSteps, promptsBesideDecoding, referenceSteps } from '../../../test/reference-steps.js';
 import { KvSlots, slotStepDone, slotStepFeeds } from './kv-slots.js';
 import { LONG_STEP_QUERY_CHUNKS, longStepGraph } from './long-steps.js';
 import { prefillGraph } from './prefill-graph.js';
@@ -39,13 +39,7 @@ describe('longStepGraph', () => {
       const long = longStepGraph(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model)!;
       expect(long).toBeDefined();
       expect(opTypes(long).filter((t) => t === 'Softmax')).toHaveLength(2 * LONG_STEP_QUERY_CHUNKS);
-      const sess = await ort.InferenceSession.create(long, { intraOpNumThreads: 1 });
-      const sl = new KvSlots({ layers: 2, kvHeads, headDim: headSize(ck.config), positionsMax: 160, emptyCacheFeeds: true });
-      const { check, maxErr, tok } = referenceSteps(ck);
-      const step = async (rows: Array<{ seq: number; tokens: number[] }>) => {
-        const st = slotStepFeeds(sl, rows);
-        check(rows, slotStepDone(sl, st, await sess.run(st.feeds)), (seq) => sl.len(seq));
-      };
+      const { step, maxErr, tok } = await checkedSlotSteps(ck, long);
       await promptsBesideDecoding(step, tok);
       // 45 tokens: pieces of 12, 12, 12 and 9; beside a row of 3 (left-padded by 42)
       await step([
