@@ -86,7 +86,7 @@ describe('longStepGraph', () => {
 });
 
 describe('an engine with a long-step session (ORT_LONG_STEP_SESSION)', () => {
-  it("runs a long prompt's step there, measured against the others, with the same greedy tokens as without it", async () => {
+  it("runs a long prompt's step there, with the same greedy tokens as without it", async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-long-'));
     const id = 'test/long-steps';
     generateModel({ dim: 64, hiddenDim: 128, nLayers: 2, nHeads: 4, nKvHeads: 4, vocabSize: 512, seqLen: 1024, seed: 3 }, path.join(dir, 'long'), { id, kind: 'chat', weights: ['int4'] });
@@ -102,13 +102,13 @@ describe('an engine with a long-step session (ORT_LONG_STEP_SESSION)', () => {
       return out;
     };
     try {
-      // One step a prompt of 727 tokens (the idle step budget is 1,024): the session choice gives
-      // each session offered at that size its turns, the long-step one in the prefill session's place.
-      for (let i = 0; i < 6; i++) {
+      // One step a prompt of 727 tokens (the idle step budget is 1,024), each on the long-step session.
+      for (let i = 0; i < 3; i++) {
         const prompt = Array.from({ length: LONG_SESSION_STEP_TOKENS_MIN + 87 }, (_, j) => 3 + ((j * (i + 5)) % 500));
         expect(await ids(withLong, prompt)).toEqual(await ids(without, prompt));
       }
-      await expect.poll(() => passes('all_long'), { timeout: 5_000 }).toBeGreaterThan(0);
+      // Each a pass there and nowhere else: the sessions of the graph as converted are not measured at that size.
+      await expect.poll(() => passes('all_long'), { timeout: 5_000 }).toBe(3);
     } finally {
       await withLong.close();
       await without.close();

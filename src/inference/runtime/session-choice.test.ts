@@ -50,14 +50,14 @@ describe('sessionsFor', () => {
     expect(sessionsFor(16 * 20, 16, all)).toEqual(['wide', 'prefill']); // 16 prompts of 20 tokens in one step
     expect(sessionsFor(1, 1, all)).toEqual(ALL);
   });
-  it('offers the long-step session in the prefill session\'s place to steps whose longest row adds at least LONG_SESSION_STEP_TOKENS_MIN tokens, never while crowded', () => {
+  it('runs steps whose longest row adds at least LONG_SESSION_STEP_TOKENS_MIN tokens on the long-step session alone, never while crowded', () => {
     const all = { narrow: true, spinning: true, prefill: true, prefillSpinning: true, long: true };
-    expect(sessionsFor(LONG_SESSION_STEP_TOKENS_MIN, 1, all)).toEqual(['wide', 'spinning', 'long']); // one long prompt chunk
+    expect(sessionsFor(LONG_SESSION_STEP_TOKENS_MIN, 1, all)).toEqual(['long']); // one long prompt chunk
     expect(sessionsFor(LONG_SESSION_STEP_TOKENS_MIN - 1, 1, all)).toEqual(['wide', 'spinning', 'prefill']);
-    expect(sessionsFor(1000, 16, all)).toEqual(['wide', 'long']);
+    expect(sessionsFor(1000, 16, all)).toEqual(['long']);
     // many short rows are many short pieces: 64 prompts of 20 tokens joining at once
     expect(sessionsFor(64 * 20, 64, all, false, 20)).toEqual(['wide', 'prefill']);
-    expect(sessionsFor(2 * 700, 2, all, false, 700)).toEqual(['wide', 'spinning', 'long']);
+    expect(sessionsFor(2 * 700, 2, all, false, 700)).toEqual(['long']);
     expect(sessionsFor(1000, 1, { ...all, long: false })).toEqual(['wide', 'spinning', 'prefill']);
     expect(sessionsFor(1000, 1, { ...all, prefillNarrow: true }, true)).toEqual(['prefillNarrow']);
   });

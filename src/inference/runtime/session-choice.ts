@@ -50,14 +50,17 @@ export const PREFILL_STEP_TOKENS_MIN = 8;
 export const PREFILL_SPINNING_STEP_TOKENS_MAX = 32;
 /**
  * Steps whose longest row adds at least this many tokens run on the long-step session
- * (long-steps.ts) where the prefill session would: the same graph, its attention in pieces of a
- * row's queries. That gains where the row's score tensors spill the caches: one step of m25 int4
+ * (long-steps.ts), where it loaded, and there alone: the prefill graph, its attention in pieces of
+ * a row's queries. That gains where the row's score tensors spill the caches: one step of m25 int4
  * (`bench/long-steps.js`) took 0.616 of the prefill graph's time at 1,000 tokens, 0.881 at 768,
  * 1.007 at 640 and 1.066 at 512 (m110 int4 0.854 and 0.912), and many short rows (64 prompts
- * joining at once) are short pieces. It takes the prefill session's place rather than joining the
- * sessions measured: each one measured at a long size costs a few long steps on it, and with both
- * offered a 1,000-token prompt's time to first token read 0.965 over ten prompts, where the step
- * alone read 0.56-0.80.
+ * joining at once) are short pieces. Nothing else is measured at these sizes: each session measured
+ * at a long size costs a few long steps on it (2,000-token prompts of m25 int4 took 2.2-3.7 s
+ * instead of 0.9 while the 4-bit sessions' were measured, ten prompts before the size settled), and
+ * the graph as converted has lost every long step to the int8 products on every machine measured
+ * (295 ms against 178 at 1,000 tokens here; bench/README.md "Long steps in integers"). With the
+ * prefill session also offered, a 1,000-token prompt's time to first token read 0.965 over ten
+ * prompts, where the step alone read 0.56-0.80.
  */
 export const LONG_SESSION_STEP_TOKENS_MIN = 640;
 /**
@@ -156,6 +159,8 @@ for (let extra = 0; extra < 1 << EXTRA_KINDS.length; extra++) {
   SETS.set(setOf(kinds), kinds);
 }
 
+/** A long row's session where it loaded (LONG_SESSION_STEP_TOKENS_MIN): alone, so not measured. */
+const LONG_ONLY: readonly SessionKind[] = ['long'];
 /** A crowded step's one-thread sessions (a set of one kind runs without being measured, SessionChoice.run). */
 const CROWDED_SETS: ReadonlyArray<readonly SessionKind[]> = [[], ['narrow'], ['prefillNarrow'], ['narrow', 'prefillNarrow']];
 
@@ -171,10 +176,11 @@ export function sessionsFor(tokens: number, sequences: number, loaded: LoadedSes
     if (one) return CROWDED_SETS[one]!;
     return SETS.get(KIND_BIT.wide | (loaded.prefill && tokens >= PREFILL_STEP_TOKENS_MIN ? KIND_BIT.prefill : 0))!;
   }
+  if (loaded.long && rowTokens >= LONG_SESSION_STEP_TOKENS_MIN) return LONG_ONLY;
   let set = KIND_BIT.wide;
   if (loaded.narrow && tokens <= NARROW_STEP_TOKENS_MAX) set |= KIND_BIT.narrow;
   if (loaded.spinning && sequences <= SPINNING_SEQUENCES_MAX) set |= KIND_BIT.spinning;
-  if (loaded.prefill && tokens >= PREFILL_STEP_TOKENS_MIN) set |= loaded.long && rowTokens >= LONG_SESSION_STEP_TOKENS_MIN ? KIND_BIT.long : KIND_BIT.prefill;
+  if (loaded.prefill && tokens >= PREFILL_STEP_TOKENS_MIN) set |= KIND_BIT.prefill;
   if (loaded.prefillSpinning && sequences <= SPINNING_SEQUENCES_MAX && tokens >= PREFILL_STEP_TOKENS_MIN && tokens <= PREFILL_SPINNING_STEP_TOKENS_MAX) set |= KIND_BIT.prefillSpinning;
   return SETS.get(set)!;
 }
