@@ -142,10 +142,10 @@ const envSchema = z.object({
   ORT_PREFILL_SESSION: bool.default(true),
   // Such a model of at most 256 MiB also loads that graph with each layer's attention in four
   // pieces of the queries (each scores only the keys up to its own end), and a step whose longest
-  // row adds 640 tokens or more runs there instead of on the prefill session: a 1,000-token
-  // prompt's score tensors (heads x tokens x tokens floats a layer) no longer spill the CPU's
-  // caches. One more copy of the int8 weights (runtime/long-steps.ts, bench/README.md "Long
-  // prompts' attention in pieces").
+  // row adds 640 tokens or more runs there alone: a 1,000-token prompt's score tensors (heads x
+  // tokens x tokens floats a layer) no longer spill the CPU's caches (its first token in 0.80 of
+  // the time, m25 int4). One more copy of the int8 weights (runtime/long-steps.ts, bench/README.md
+  // "Long prompts' attention in pieces").
   ORT_LONG_STEP_SESSION: bool.default(true),
   // A decode run's tokens are posted to the HTTP thread at most this often when its steps are
   // faster (a few steps a post; a sequence's first tokens and its end go at once): each post
