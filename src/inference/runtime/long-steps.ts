@@ -37,7 +37,11 @@ export function longStepGraph(bytes: Uint8Array): Uint8Array | undefined {
   const consumers = new Map<string, Node[]>();
   for (const n of g.node) {
     for (const o of n.output ?? []) producer.set(o, n);
-    for (const i of n.input ?? []) consumers.set(i, [...(consumers.get(i) ?? []), n]);
+    for (const i of n.input ?? []) {
+      const readers = consumers.get(i);
+      if (readers) readers.push(n);
+      else consumers.set(i, [n]);
+    }
   }
   const softmaxes = g.node.filter((n) => n.opType === 'Softmax');
   if (!softmaxes.length) return undefined;
