@@ -264,11 +264,12 @@ export function causalChunksAttention(
   groups = 1,
 ): string {
   const dim = (x: string, axis: number) => gb.op1('Slice', [gb.op1('Shape', [x]), gb.i64([axis]), gb.i64([axis + 1])]);
-  // Grouped heads: [B, KV, g*S, hd] as [B, KV, g, S, hd], so the pieces cut the token axis of every group alike.
-  const hd = groups > 1 ? dim(t.q, 3) : '';
-  const [grouped, flat] = groups > 1 ? [gb.op1('Concat', [gb.i64([0, 0, groups, -1]), hd], { axis: 0 }), gb.op1('Concat', [gb.i64([0, 0, -1]), hd], { axis: 0 })] : ['', ''];
-  const q = groups > 1 ? gb.op1('Reshape', [t.q, grouped]) : t.q;
-  const tokenAxis = groups > 1 ? 3 : 2;
+  // Grouped heads: [B, KV, g*S, hd] as [B, KV, g, S, hd] (`shapes.grouped`) and back (`shapes.flat`),
+  // so that the pieces cut the token axis of every group alike.
+  const hd = groups > 1 ? dim(t.q, 3) : undefined;
+  const shapes = hd && { grouped: gb.op1('Concat', [gb.i64([0, 0, groups, -1]), hd], { axis: 0 }), flat: gb.op1('Concat', [gb.i64([0, 0, -1]), hd], { axis: 0 }) };
+  const q = shapes ? gb.op1('Reshape', [t.q, shapes.grouped]) : t.q;
+  const tokenAxis = shapes ? 3 : 2;
   const S = dim(q, tokenAxis);
   // Piece i holds queries [bounds[i], bounds[i + 1]): ceil(S / chunks) each, the last what is left.
   const per = gb.op1('Div', [gb.op1('Add', [S, gb.i64([chunks - 1])]), gb.i64([chunks])]);
@@ -281,10 +282,10 @@ export function causalChunksAttention(
     const rows = gb.op1('Slice', [c.newBias, gb.op1('Concat', [start, gb.i64([0])], { axis: 0 }), gb.op1('Concat', [end, end], { axis: 0 }), gb.i64([2, 3])]);
     const probSplit = gb.op1('Concat', [dim(t.cacheK, 2), end], { axis: 0 });
     const core = (qq: string, bias: string) => slotAttentionCore(gb, { q: qq, k: upTo(t.k), v: upTo(t.v), cacheK: t.cacheK, cacheV: t.cacheV }, { cacheBias: c.cacheBias, newBias: bias, probSplit });
-    if (groups === 1) return core(piece, rows);
+    if (!shapes) return core(piece, rows);
     // Each group's rows of the bias alike, as the graph tiles it (onnx-writer.ts).
-    return gb.op1('Reshape', [core(gb.op1('Reshape', [piece, flat]), gb.op1('Tile', [rows, gb.i64([1, 1, groups, 1])])), grouped]);
+    return gb.op1('Reshape', [core(gb.op1('Reshape', [piece, shapes.flat]), gb.op1('Tile', [rows, gb.i64([1, 1, groups, 1])])), shapes.grouped]);
   });
-  const ctx = gb.op1('Concat', parts, { axis: tokenAxis }, groups > 1 ? undefined : output);
-  return groups > 1 ? gb.op1('Reshape', [ctx, flat], {}, output) : ctx;
+  if (!shapes) return gb.op1('Concat', parts, { axis: tokenAxis }, output);
+  return gb.op1('Reshape', [gb.op1('Concat', parts, { axis: tokenAxis }), shapes.flat], {}, output);
 }

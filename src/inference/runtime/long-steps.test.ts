@@ -75,9 +75,13 @@ describe('longStepGraph', () => {
       for (let i = 0; i < want[s]!.length; i++) diff = Math.max(diff, Math.abs(got[s]![i]! - want[s]![i]!));
       expect(diff).toBeLessThan(TOL);
     }
-    // The one-piece cores are gone, with what only they read (the probabilities' split sizes).
+    // The one-piece cores are gone, and with them what only they read (the probabilities' split
+    // sizes, the shared floor): every node's answer and every constant is read by something.
     expect(opTypes(long).filter((t) => t === 'Softmax')).toHaveLength(2 * LONG_STEP_QUERY_CHUNKS);
-    expect(opTypes(long).filter((t) => t === 'Shape').length).toBeGreaterThan(0);
+    const g = onnxProto.onnx.ModelProto.decode(long).graph!;
+    const read = new Set([...g.node!.flatMap((n) => n.input ?? []), ...g.output!.map((o) => o.name!)]);
+    expect(g.node!.flatMap((n) => n.output ?? []).filter((o) => o && !read.has(o))).toEqual([]);
+    expect(g.initializer!.map((t) => t.name!).filter((name) => !read.has(name))).toEqual([]);
   });
 
   it('leaves alone the graphs whose attention is not the slot form: the past layout', () => {

@@ -150,7 +150,8 @@ export interface LoadedSessions {
 
 /** Each kind's bit in a set of allowed sessions: a set is a small number, the key of its state below. */
 const KIND_BIT: Record<SessionKind, number> = { wide: 1, narrow: 2, spinning: 4, prefill: 8, prefillSpinning: 16, prefillNarrow: 32, long: 64 };
-const EXTRA_KINDS = ['narrow', 'spinning', 'prefill', 'prefillSpinning', 'long'] as const;
+// `long` is in no set with others: a long row runs there alone (LONG_ONLY).
+const EXTRA_KINDS = ['narrow', 'spinning', 'prefill', 'prefillSpinning'] as const;
 const setOf = (kinds: readonly SessionKind[]): number => kinds.reduce((m, k) => m | KIND_BIT[k], 0);
 /** Every allowed set, one array each (the wide session first): a step asks for one and allocates nothing. */
 const SETS = new Map<number, readonly SessionKind[]>();
