@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchArgs, benchKey, envOf, fmt, machine, median } from './lib.js';
+import { benchArgs, benchKey, envOf, fmt, machine, median, wholeFlag } from './lib.js';
 
 // Time to first token of one long prompt at one stream (issue 14.4): the
 // daemon (the prompt as token ids through /v1/completions, max_tokens 1, so
@@ -13,6 +13,8 @@ import { benchArgs, benchKey, envOf, fmt, machine, median } from './lib.js';
 // Usage: node dist/bench/prefill.js --models-dir DIR --model ID --gguf FILE [--tokens 512] [--runs 7]
 //   [--a K=V,... --b K=V,... [--a-root DIR --b-root DIR] [--skip 10]]: two daemons' settings (and
 //   checkouts, built; this one by default) against each other instead (ab() below)
+//   [--between N]: an untimed prompt of N tokens before each timed one, so that each long prompt
+//   follows a short one, as in mixed traffic (the slot cache laid out for the short one first; the daemons only)
 //   e.g. after compare.sh m25: --models-dir $PEER_HOME/compare/m25/models --model peer/m25 --gguf $PEER_HOME/compare/m25/model.q4_0.gguf
 
 const args = benchArgs();
@@ -21,6 +23,7 @@ const model = args.get('model') ?? '';
 const gguf = args.get('gguf') ?? '';
 const tokens = Number(args.get('tokens') ?? 512);
 const runs = Number(args.get('runs') ?? 7);
+const between = wholeFlag(args, 'between', 0, 0);
 
 function prompts(vocab: number): number[][] {
   let s = 7;
@@ -35,6 +38,11 @@ async function cloudgateDaemon(env: Record<string, string>, root?: string): Prom
   const d = await lib.startDaemon({ MODELS_DIR: modelsDir, RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', ...env });
   const key = await benchKey(d, ['inference:use'], 1_000_000_000);
   const ttft = async (prompt: number[]) => {
+    // Its tail reversed: no opening of the timed prompt, which would start from the short one's kept cache.
+    if (between) await first(prompt.slice(-between).reverse());
+    return first(prompt);
+  };
+  const first = async (prompt: number[]) => {
     const t0 = performance.now();
     const r = await fetch(`${d.inferenceUrl}/v1/completions`, {
       method: 'POST',
@@ -83,9 +91,10 @@ async function ab(ps: number[][]): Promise<void> {
     }
     const ratios = B.map((y, i) => y / A[i]!);
     console.log(`machine: ${machine()}`);
-    console.log(`${model}, a ${tokens}-token prompt at 1 stream, time to first token (ms), ${A.length} pairs after ${skip} not counted, order alternating`);
+    console.log(`${model}, a ${tokens}-token prompt at 1 stream${between ? ` (each after an untimed ${between}-token one)` : ''}, time to first token (ms), ${A.length} pairs after ${skip} not counted, order alternating`);
     const label = (side: 'a' | 'b') => `${args.get(side) ?? 'defaults'}${args.has(`${side}-root`) ? ` @ ${args.get(`${side}-root`)}` : ''}`;
     console.log(`A (${label('a')}): median ${fmt(median(A), 1)} | B (${label('b')}): median ${fmt(median(B), 1)}`);
+    console.log(`A: ${A.map((x) => fmt(x, 0)).join(' ')}\nB: ${B.map((x) => fmt(x, 0)).join(' ')}`);
     console.log(`B / A per pair: ${ratios.map((r) => fmt(r, 2)).join(' ')}\nmedian ${fmt(median(ratios), 3)}, B faster in ${ratios.filter((r) => r < 1).length} of ${ratios.length} pairs`);
   } finally {
     await a.stop();

@@ -165,11 +165,20 @@ describe('slot-cache graph and KvSlots', () => {
     expect(sl.cap).toBe(cap);
     sl.delete(2);
     sl.delete(3);
-    // Empty again, and the next step needs 100 positions: more than 2x that is rebuilt, in SLOTS_MIN slots.
+    // Empty again, and the next step needs 100 positions: more than 2x that is rebuilt, in SLOTS_MIN slots,
+    // laid out in the memory the long sequence grew (held until released), so the next long one takes none.
     sl.open(4);
     sl.reserve(100);
     expect(sl.cap).toBe(112);
-    expect(sl.bytes).toBe(2 * 4 * 112 * 4 * 4);
+    expect(sl.feeds(0, 4)['cache.0.key']!.length).toBe(4 * 112 * 4);
+    expect(sl.feeds(0, 1)['cache.0.key']!.buffer).toBe(buf);
+    expect(sl.bytes).toBe(2 * 4 * cap * 4 * 4);
+    sl.reserve(513);
+    expect(sl.cap).toBe(cap);
+    expect(sl.feeds(0, 1)['cache.0.key']!.buffer).toBe(buf);
+    sl.delete(4);
+    expect(sl.release()).toBe(true);
+    expect(sl.bytes).toBe(0);
   });
 
   it('rebuilds a cache grown by a long sequence smaller once it has left, the short ones\' keys and values kept', () => {
@@ -199,6 +208,81 @@ describe('slot-cache graph and KvSlots', () => {
         expect(Array.from(views[name]!.subarray(h * 64 * D, h * 64 * D + 10 * D))).toEqual(Array.from(fill(10, base).subarray(h * 10 * D, (h + 1) * 10 * D)));
       }
     }
+  });
+
+  it('moves live positions within its memory as the capacity grows and shrinks, as a fresh cache would hold them', () => {
+    const layout = { layers: 2, kvHeads: 3, headDim: 4, positionsMax: 2000, emptyCacheFeeds: true };
+    const [H, D] = [layout.kvHeads, layout.headDim];
+    const fill = (n: number, base: number) => Float32Array.from({ length: H * n * D }, (_, i) => base + i + 1);
+    // Nearly full slots of 64 positions: a head moved to a capacity a little larger or smaller
+    // lands on the next ones' positions, so the order of the moves decides what survives.
+    const lens = [60, 41, 63, 50, 33];
+    /** Sequences 1-5 with lens[i] positions each, written in one step per sequence (each its own slot). */
+    const filled = (sl: KvSlots) => {
+      lens.forEach((n, i) => {
+        sl.open(i + 1);
+        sl.reserve(n);
+        sl.write(i, [n], n, [fill(n, 100 * i), fill(n, 100 * i + 10_000)], [fill(n, 100 * i + 20_000), fill(n, 100 * i + 30_000)]);
+      });
+    };
+    /** Sequences 1-5's filled positions, head by head, per buffer. */
+    const held = (sl: KvSlots) => {
+      const views = sl.feeds(0, sl.live);
+      return Object.fromEntries(Object.entries(views).map(([name, buf]) => [name, [1, 2, 3, 4, 5].map((seq) => Array.from({ length: H }, (_, h) => Array.from(buf.subarray((sl.seqs().indexOf(seq) * H + h) * sl.cap * D, ((sl.seqs().indexOf(seq) * H + h) * sl.cap + sl.len(seq)) * D))))]));
+    };
+    const fresh = new KvSlots(layout);
+    filled(fresh);
+    const want = held(fresh);
+    // Six sequences grow the memory to 8 slots of over 1,000 positions and leave.
+    const sl = new KvSlots(layout);
+    for (let seq = 90; seq < 96; seq++) sl.open(seq);
+    sl.reserve(1000);
+    const [memory, buf] = [sl.bytes, sl.feeds(0, 1)['cache.0.key']!.buffer];
+    for (let seq = 90; seq < 96; seq++) sl.delete(seq);
+    filled(sl);
+    expect(sl.cap).toBe(64);
+    expect(held(sl)).toEqual(want);
+    // A sixth grows the capacity to 144 (each head moved up), then leaves: shrunk to 64 again (each moved down).
+    sl.open(100);
+    sl.reserve(130);
+    expect(sl.cap).toBe(144);
+    expect(held(sl)).toEqual(want);
+    sl.delete(100);
+    sl.reserve(61);
+    expect(sl.cap).toBe(64);
+    expect(held(sl)).toEqual(want);
+    expect([sl.bytes, sl.feeds(0, 1)['cache.0.key']!.buffer]).toEqual([memory, buf]);
+  });
+
+  it('answers exactly as a fresh cache does in memory that earlier sequences left their keys and values in', async () => {
+    const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, vocabSize: 64, seqLen: 160, seed: 9, std: 0.3 });
+    const sess = await ort.InferenceSession.create(buildLlamaOnnx(ck, { kvLayout: 'slots' }).model, { intraOpNumThreads: 1 });
+    const layout = { layers: 2, kvHeads: 2, headDim: headSize(ck.config), positionsMax: 160, emptyCacheFeeds: true };
+    const { tok } = referenceSteps(ck);
+    const stepper = (sl: KvSlots) => {
+      const logits: Float32Array[] = [];
+      const step = async (rows: Array<{ seq: number; tokens: number[] }>) => {
+        const st = slotStepFeeds(sl, rows);
+        logits.push(slotStepDone(sl, st, await sess.run(st.feeds)).slice());
+      };
+      return { logits, step };
+    };
+    const [fresh, used] = [new KvSlots(layout), new KvSlots(layout)];
+    // Four prompts of 150 tokens fill every slot of the used cache's memory, and leave.
+    const before = stepper(used);
+    await before.step([1, 2, 3, 4].map((seq) => ({ seq: 100 + seq, tokens: tok(150, seq) })));
+    for (const seq of [101, 102, 103, 104]) used.delete(seq);
+    const memory = used.bytes;
+    const [f, u] = [stepper(fresh), stepper(used)];
+    for (const { step } of [f, u]) {
+      await promptsBesideDecoding(step, tok);
+      for (let i = 0; i < 3; i++) await step([1, 2, 3, 4].map((seq) => ({ seq, tokens: tok(1, seq + 10 + i) })));
+    }
+    // The same layout, laid in the used memory over the earlier keys: the same answers, to the bit.
+    expect(used.cap).toBe(fresh.cap);
+    expect(used.bytes).toBe(memory);
+    expect(memory).toBeGreaterThan(fresh.bytes);
+    expect(u.logits).toEqual(f.logits);
   });
 
   it('grows the capacity by an eighth below 256 positions and by a quarter from there, in multiples of 16 positions', () => {

@@ -95,8 +95,20 @@ export function copyHeads(heads: number, headDim: number, len: number, src: Floa
 }
 
 export class KvSlots {
+  /** Each layer's keys and values in the current layout: views at the start of kMem / vMem. */
   private k: Float32Array[] = [];
   private v: Float32Array[] = [];
+  /**
+   * Each layer's key and value memory. It stays at the most any layout has needed until the cache
+   * is released (idle), as llama.cpp holds its whole context: a capacity rebuilt smaller for short
+   * sequences and grown again by the next long one moves the live positions within pages already
+   * written instead of taking new ones. A 1,000-token prompt of m25 int4 after a short one took
+   * 128 MB of new buffers before its step ran, 60-190 ms of page faults (bench/README.md "A long
+   * prompt after short ones"). Positions no sequence holds keep an earlier one's keys: every graph
+   * hides them (cache_bias), so they weigh exactly 0.
+   */
+  private kMem: Float32Array[] = [];
+  private vMem: Float32Array[] = [];
   private slotsCap = 0;
   /** Positions per slot (the graph's cache_capacity). */
   cap = 0;
@@ -125,9 +137,9 @@ export class KvSlots {
     return this.layout.emptyCacheFeeds;
   }
 
-  /** Bytes of the cache buffers: the KV bytes gauge. */
+  /** Bytes of the cache's memory (kMem, vMem: at least its layout's): the KV bytes gauge. */
   get bytes(): number {
-    return 2 * this.layout.layers * this.slotsCap * this.stride() * 4;
+    return 2 * this.layout.layers * (this.kMem[0]?.length ?? 0) * 4;
   }
 
   private stride(cap = this.cap): number {
@@ -407,23 +419,51 @@ export class KvSlots {
     this.slotOf.set(seq, slot);
   }
 
-  /** New buffers of `slots` x `cap`, each occupied slot's positions copied over. */
+  /**
+   * Lays the cache out as `slots` x `cap`, each occupied slot's positions where that layout has
+   * them: moved within the memory where it holds the layout, else copied into new memory of
+   * exactly its size. `slots` 0 frees it all.
+   */
   private resize(slots: number, cap: number): void {
-    const { kvHeads: H, headDim: D } = this.layout;
-    const [oldCap, oldStride, newStride] = [this.cap, this.stride(), this.stride(cap)];
-    const re = (old: Float32Array | undefined) => {
-      const n = new Float32Array(slots * newStride);
-      if (old) {
-        for (let slot = 0; slot < this.seqAt.length; slot++) copyHeads(H, D, this.lenAt[slot]!, old, slot * oldStride, oldCap, n, slot * newStride, cap);
-      }
-      return n;
-    };
-    const layers = slots ? this.layout.layers : 0;
-    this.k = Array.from({ length: layers }, (_, l) => re(this.k[l]));
-    this.v = Array.from({ length: layers }, (_, l) => re(this.v[l]));
+    const floats = slots * this.stride(cap);
+    if (!slots) {
+      [this.kMem, this.vMem, this.scratch] = [[], [], new Float32Array(0)];
+    } else if ((this.kMem[0]?.length ?? 0) >= floats) {
+      for (const mem of [...this.kMem, ...this.vMem]) this.relayout(mem, cap);
+    } else {
+      const { kvHeads: H, headDim: D } = this.layout;
+      const [oldCap, oldStride, newStride] = [this.cap, this.stride(), this.stride(cap)];
+      const re = (old: Float32Array | undefined) => {
+        const n = new Float32Array(floats);
+        if (old) {
+          for (let slot = 0; slot < this.seqAt.length; slot++) copyHeads(H, D, this.lenAt[slot]!, old, slot * oldStride, oldCap, n, slot * newStride, cap);
+        }
+        return n;
+      };
+      this.kMem = Array.from({ length: this.layout.layers }, (_, l) => re(this.k[l]));
+      this.vMem = Array.from({ length: this.layout.layers }, (_, l) => re(this.v[l]));
+    }
+    this.k = this.kMem.map((mem) => mem.subarray(0, floats));
+    this.v = this.vMem.map((mem) => mem.subarray(0, floats));
     this.slotsCap = slots;
     this.cap = cap;
-    if (!slots) this.scratch = new Float32Array(0);
+  }
+
+  /**
+   * Moves each occupied slot's positions within `mem` from this capacity's layout to `cap`'s. Head
+   * c (slot x kvHeads + head) starts at c x capacity x headDim in either, so growing moves every
+   * head up and shrinking down: from the last head back when growing, from the first on when
+   * shrinking, no head is written over before it has moved.
+   */
+  private relayout(mem: Float32Array, cap: number): void {
+    if (cap === this.cap) return;
+    const { kvHeads: H, headDim: D } = this.layout;
+    const heads = this.seqAt.length * H;
+    for (let i = 0; i < heads; i++) {
+      const c = cap > this.cap ? heads - 1 - i : i;
+      const from = c * this.cap * D;
+      mem.copyWithin(c * cap * D, from, from + this.lenAt[Math.floor(c / H)]! * D);
+    }
   }
 }
 

@@ -17,6 +17,7 @@ import { Engine } from './engine.js';
 import { registries } from '../../metrics.js';
 import type { GenerateEvent } from '../engine-api.js';
 import { LONG_SESSION_STEP_TOKENS_MIN } from './session-choice.js';
+import type { Runner } from './runner.js';
 
 // The long-step graph (each layer's attention in causal pieces of the queries) driven the way the
 // worker drives a slot graph, checked against run.c's forward pass: prompts whose length the pieces
@@ -82,6 +83,9 @@ describe('longStepGraph', () => {
     const read = new Set([...g.node!.flatMap((n) => n.input ?? []), ...g.output!.map((o) => o.name!)]);
     expect(g.node!.flatMap((n) => n.output ?? []).filter((o) => o && !read.has(o))).toEqual([]);
     expect(g.initializer!.map((t) => t.name!).filter((name) => !read.has(name))).toEqual([]);
+    // Its new keys and values come out a layer's keys or values each (no Concat of all, no copy).
+    expect(g.output!.map((o) => o.name)).toEqual(['logits', 'new.0.key', 'new.0.value', 'new.1.key', 'new.1.value']);
+    expect(opTypes(long).filter((t) => t === 'Identity')).toEqual([]);
   });
 
   it('leaves alone the graphs whose attention is not the slot form: the past layout', () => {
@@ -106,6 +110,11 @@ describe('an engine with a long-step session (ORT_LONG_STEP_SESSION)', () => {
       return out;
     };
     try {
+      // Its warm-up ran the longest step there is (the idle step budget, the context: 1,024 tokens) on the long-step session.
+      const warmOf = (e: Engine) => (e as unknown as { models: Map<string, { runners: Runner[] }> }).models.get(id)!.runners[0]!.warmPace;
+      expect(warmOf(withLong)?.long?.tokens).toBe(1024);
+      expect(warmOf(withLong)?.long?.stepMs).toBeGreaterThan(0);
+      expect(warmOf(without)?.long).toBeUndefined();
       // One step a prompt of 727 tokens (the idle step budget is 1,024), each on the long-step session.
       for (let i = 0; i < 3; i++) {
         const prompt = Array.from({ length: LONG_SESSION_STEP_TOKENS_MIN + 87 }, (_, j) => 3 + ((j * (i + 5)) % 500));

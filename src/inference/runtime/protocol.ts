@@ -62,6 +62,8 @@ export interface InitMsg {
    * the decode rows wait no longer between two steps than for one join of that size.
    */
   joinedStepTokensMax: number;
+  /** The most tokens one step holds (options.ts prefillTokensPerIdleStepMax): the longest step the warm-up runs. */
+  stepTokensMax: number;
   /** Each token's text mid-document (null: not whole characters), for grammar-constrained sampling. */
   tokenTexts?: Array<string | null>;
   /**
@@ -107,6 +109,8 @@ export interface WarmPace {
   promptMs: number;
   /** A few decode steps of a batch of rows, each at `position`. */
   batch?: { rows: number; stepMs: number; position: number };
+  /** The long-step session's one step, where it loaded (worker.ts warmUpLong; the load's log line shows it). */
+  long?: { tokens: number; stepMs: number };
 }
 
 /**

@@ -3,7 +3,7 @@ import { parentPort, receiveMessageOnPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
 import { endsGeneration, noPasses, type Arch, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow, type WarmPace } from './protocol.js';
 import { KvStore, kvBytesPerPosition, type Kv } from './kv.js';
-import { slotStepDone, slotStepFeeds } from './kv-slots.js';
+import { KvSlots, slotStepDone, slotStepFeeds } from './kv-slots.js';
 import { KeptArena, type KeptKv } from './kept-arena.js';
 import { keptBytesOf } from './kept-prompts.js';
 import { KvPools } from './kv-pools.js';
@@ -13,7 +13,7 @@ import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
 import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
 import { PEERS_REST_AFTER_IDLE_MS, WorkerPeers } from './peers.js';
-import { medianOf, SessionChoice, sessionsFor, type LoadedSessions } from './session-choice.js';
+import { LONG_SESSION_STEP_TOKENS_MIN, medianOf, SessionChoice, sessionsFor, type LoadedSessions } from './session-choice.js';
 import { inStepBudget } from './options.js';
 import { fp16BitsToFp32 } from '../convert/quantize.js';
 import { sharedNow, TOKENS_POSTED_AT_ONCE, TokenPosts } from './token-posts.js';
@@ -57,6 +57,8 @@ interface WorkerState extends LoadedModel {
   tokensPostIntervalMs: number;
   /** InitMsg.joinedStepTokensMax. */
   joinedStepTokensMax: number;
+  /** InitMsg.stepTokensMax. */
+  stepTokensMax: number;
   /** A step is in flight: frees wait for it. */
   busy: boolean;
   /** Model work, one piece at a time in arrival order. */
@@ -90,6 +92,7 @@ const w = {
   tokenPosts: undefined,
   tokensPostIntervalMs: 0,
   joinedStepTokensMax: 0,
+  stepTokensMax: 0,
   busy: false,
   queue: Promise.resolve(),
   pending: 0,
@@ -105,6 +108,7 @@ async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void
   w.tokenTexts = msg.tokenTexts ?? [];
   w.tokensPostIntervalMs = msg.tokensPostIntervalMs;
   w.joinedStepTokensMax = msg.joinedStepTokensMax;
+  w.stepTokensMax = msg.stepTokensMax;
   w.peers = new WorkerPeers(msg.peers);
   const warn = (message: string) => port.postMessage({ type: 'warning', message } satisfies WorkerEvent);
   // A slot cache on the host keeps generations (below); on the CPU that is known once the first session has loaded.
@@ -846,8 +850,8 @@ async function warmUp(positionsMax: number): Promise<WarmPace | undefined> {
   if (w.arch.vocab < 1) return undefined;
   try {
     const pace = w.slots ? await warmUpDecoding(positionsMax) : undefined;
-    if (w.choice && w.loaded.prefill) await warmUpLong(positionsMax);
-    return pace;
+    const long = w.choice && w.loaded.prefill ? await warmUpLong(positionsMax) : undefined;
+    return pace && long ? { ...pace, long } : pace;
   } catch (e) {
     // Only the first requests' speed depends on it: a model that serves is served without it.
     port.postMessage({ type: 'warning', message: `warm-up not finished (${(e as Error).message}); the first requests measure the sessions` } satisfies WorkerEvent);
@@ -928,12 +932,31 @@ const WARM_UP_LONG_RUNS_MAX = 12;
  */
 const WARM_UP_LONG_MS_MAX = 4_000;
 
-async function warmUpLong(positionsMax: number): Promise<void> {
-  if (w.slots instanceof ResidentSlots) return; // a GPU model has no CPU sessions to choose between
+/**
+ * A long prompt's step measured on the sessions it may run on (above); then one step of the
+ * longest a step holds (InitMsg.stepTokensMax, within the context) on the long-step session, where
+ * it loaded: its rows run there alone, so no measuring runs it, and its first step allocates and
+ * first touches its buffers. After load the first 1,000-token prompt of m25 int4 took 502-717 ms
+ * to its first token against 125-135 for the next ones, its step 334-369 ms against ~125
+ * (bench/README.md "A long prompt after short ones").
+ */
+async function warmUpLong(positionsMax: number): Promise<WarmPace['long']> {
+  if (w.slots instanceof ResidentSlots) return undefined; // a GPU model has no CPU sessions to choose between
   const len = Math.min(WARM_UP_LONG_PROMPT_TOKENS, positionsMax);
   const rows = [{ seq: WARM_UP_SEQ, tokens: Array.from({ length: len }, (_, i) => i % w.arch.vocab) }];
   const feeds = w.slots ? slotStepFeeds(w.slots.near, rows).feeds : stepInputs(rows, [w.store.open(WARM_UP_SEQ, len)], 0, w.arch.hasPositionIds).feeds;
   await w.choice!.measure(len, sessionsFor(len, 1, w.loaded), WARM_UP_LONG_RUNS_MAX, (k) => w.byKind[k]!.run(feeds), WARM_UP_LONG_MS_MAX, readsNoCache(feeds));
+  const longest = Math.min(w.stepTokensMax, positionsMax);
+  if (w.loaded.long && w.slots && longest >= LONG_SESSION_STEP_TOKENS_MIN) {
+    // A cache of its own, of one slot, dropped after it: the model's cache would hold the memory of
+    // its four slots of the whole context until idle.
+    const cache = new KvSlots({ ...w.arch, positionsMax, emptyCacheFeeds: true }, 1);
+    const { feeds } = slotStepFeeds(cache, [{ seq: WARM_UP_SEQ, tokens: Array.from({ length: longest }, (_, i) => i % w.arch.vocab) }]);
+    const t = performance.now();
+    await w.byKind.long!.run(feeds);
+    return { tokens: longest, stepMs: performance.now() - t };
+  }
+  return undefined;
 }
 
 /** Runs `work` holding the webgpu device lock where this worker has one (device-lock.ts); elsewhere, as it is. */
