@@ -542,7 +542,8 @@ export function slotStepFeeds(sl: KvSlots, rows: ReadonlyArray<{ seq: number; to
 /** Writes the step's new keys and values into the slots; returns the last-position logits [B, V] in the rows' own order. */
 export function slotStepDone(sl: KvSlots, step: SlotStep, out: ort.InferenceSession.OnnxValueMapType): Float32Array {
   // One `new_key_values` tensor, blocks of [B, kvHeads, S, headDim] in the order (layer, key | value);
-  // folders converted before it (cloudgate-convert/4) return `new.N.key|value`.
+  // the prefill and long-step graphs (prefill-graph.ts layerOutputs) and folders converted before it
+  // (cloudgate-convert/4) return `new.N.key|value`.
   const all = out.new_key_values?.data as Float32Array | undefined;
   const block = step.order.length * sl.kvHeads * step.S * sl.headDim;
   const news = (which: 'key' | 'value') =>

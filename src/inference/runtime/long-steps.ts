@@ -71,34 +71,10 @@ export function longStepGraph(bytes: Uint8Array): Uint8Array | undefined {
   // and everything that reads their answer after it.
   g.node = g.node.flatMap((n) => replaced.get(n) ?? (removed.has(n) ? [] : [n]));
   g.initializer = [...(g.initializer ?? []), ...added];
-  layerOutputs(g);
   dropUnread(g);
   return onnx.ModelProto.encode(model).finish();
 }
 
-/**
- * The step's new keys and values as one output a layer's keys or values (`new.N.key|value`, as
- * folders converted before cloudgate-convert/5 gave them; kv-slots.ts slotStepDone reads either)
- * instead of their Concat into `new_key_values`. onnxruntime-node 1.30 copies each output into a
- * new ArrayBuffer: one of a long step's size (74 MB for 1,000 tokens of m110) is a fresh mapping
- * each step, 18,000 page faults that took 30-230 ms of a 330 ms step in the daemon, where outputs
- * of a layer's size (3 MB) come from memory malloc keeps: 0-3,800 faults after the first two
- * steps (bench/README.md "A long prompt after short ones").
- */
-function layerOutputs(g: P.IGraphProto): void {
-  const at = g.node!.findIndex((n) => n.output?.[0] === 'new_key_values' && n.opType === 'Concat');
-  const out = g.output!.find((o) => o.name === 'new_key_values');
-  if (at < 0 || !out) return;
-  // Its inputs renamed where they are made and read, so that no copy is left between.
-  const rename = new Map(g.node![at]!.input!.map((src, k) => [src, `new.${Math.floor(k / 2)}.${k % 2 ? 'value' : 'key'}`]));
-  g.node!.splice(at, 1);
-  for (const n of g.node!) {
-    n.input = n.input!.map((x) => rename.get(x) ?? x);
-    n.output = n.output!.map((x) => rename.get(x) ?? x);
-  }
-  for (const v of g.valueInfo ?? []) v.name = rename.get(v.name!) ?? v.name;
-  g.output = [...g.output!.filter((o) => o !== out), ...[...rename.values()].map((name) => ({ name, type: out.type }))];
-}
 
 interface Core {
   t: { q: string; k: string; v: string; cacheK: string; cacheV: string };

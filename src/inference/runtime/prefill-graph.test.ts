@@ -9,6 +9,10 @@ import { GraphBuilder } from '../convert/onnx-graph.js';
 import { linear, MATMUL_NBITS_ACCURACY_LEVEL, type WeightFormat } from '../convert/onnx-linear.js';
 import { fp16BitsToFp32, QUANT_BLOCK_ELEMENTS, quantizeMatrix } from '../convert/quantize.js';
 import { mulberry32 } from './sampler.js';
+import { KvSlots, slotStepDone, slotStepFeeds } from './kv-slots.js';
+import { generateCheckpoint } from '../convert/generate.js';
+import { buildLlamaOnnx } from '../convert/onnx-writer.js';
+import { headSize } from '../convert/llama2c.js';
 import { prefillGraph } from './prefill-graph.js';
 import { withRewrittenGraphConfig } from './external-data.js';
 import { weightsBeside } from '../../../test/weights-beside.js';
@@ -249,6 +253,27 @@ describe('prefillGraph', () => {
     };
     const [before, after] = [await outs(g), await outs(rewritten)];
     for (const o of ['scores', 'context']) expect(worstDiff(after[o]!.data as Float32Array, before[o]!.data as Float32Array), o).toBeLessThan(1e-5);
+  });
+
+  it("gives a slot-cache graph's new keys and values a layer each (new.N.key|value), written where a step over the cache reads them", async () => {
+    const ck = generateCheckpoint({ dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, vocabSize: 64, seqLen: 64, seed: 4, std: 0.3 });
+    const prefill = rewrite(buildLlamaOnnx(ck, { kvLayout: 'slots', weights: 'int4' }).model)!;
+    const g = onnxProto.onnx.ModelProto.decode(prefill).graph!;
+    expect(g.output!.map((o) => o.name)).toEqual(['logits', 'new.0.key', 'new.0.value', 'new.1.key', 'new.1.value']);
+    expect(g.node!.filter((n) => n.opType === 'Identity' || n.output!.includes('new_key_values'))).toEqual([]);
+    // A prompt of 30 tokens in one step, and in steps of 20 and 10 over the cache the first wrote: the same last logits.
+    const sess = await ort.InferenceSession.create(prefill, { intraOpNumThreads: 1 });
+    const tokens = Array.from({ length: 30 }, (_, i) => 1 + ((i * 11) % 63));
+    const lastLogits = async (chunks: number[][]) => {
+      const sl = new KvSlots({ layers: 2, kvHeads: 2, headDim: headSize(ck.config), positionsMax: 64, emptyCacheFeeds: true });
+      let logits = new Float32Array(0);
+      for (const chunk of chunks) {
+        const st = slotStepFeeds(sl, [{ seq: 1, tokens: chunk }]);
+        logits = slotStepDone(sl, st, await sess.run(st.feeds));
+      }
+      return logits;
+    };
+    expect(worstDiff(await lastLogits([tokens.slice(0, 20), tokens.slice(20)]), await lastLogits([tokens]))).toBeLessThan(1e-4);
   });
 
   it('reads weights kept in a file beside the graph from its folder, and answers as with them inside', async () => {

@@ -50,6 +50,7 @@ const GRAPH_BYTES_MAX = 2 ** 31 - 2 ** 24;
 
 type Tensor = onnxProto.onnx.ITensorProto;
 type Node = onnxProto.onnx.INodeProto;
+type Graph = onnxProto.onnx.IGraphProto;
 
 const attr = (node: Node, name: string): number | undefined => {
   const a = node.attribute?.find((x) => x.name === name);
@@ -260,6 +261,7 @@ export function prefillGraph(bytes: Uint8Array, weightType: WeightType, dir?: st
   graph.initializer = [...kept, ...added];
   graph.node = nodes;
   transposedOperandsAsTransB(nodes, dataOf);
+  layerOutputs(graph);
   return onnx.ModelProto.encode(model).finish();
 }
 
@@ -298,4 +300,30 @@ function transposedOperandsAsTransB(nodes: Node[], init: (name: string) => Tenso
     mm.domain = 'com.microsoft';
     mm.attribute = [{ name: 'transB', type: onnx.AttributeProto.AttributeType.INT, i: 1 }];
   }
+}
+
+/**
+ * The step's new keys and values as one output a layer's keys or values (`new.N.key|value`, as
+ * folders converted before cloudgate-convert/5 gave them; kv-slots.ts slotStepDone reads either)
+ * instead of their Concat into `new_key_values`, in this graph and so in the long-step graph made
+ * from it. onnxruntime-node 1.30 copies each output into a new ArrayBuffer: one of a long step's
+ * size (74 MB for 1,000 tokens of m110, 38 MB for 512) is a fresh mapping each step, 18,000 page
+ * faults that took 30-230 ms of a 330 ms step in the daemon, where outputs of a layer's size (3 MB)
+ * come from memory malloc keeps: 0-3,800 faults after the first two steps. A 512-token prompt of
+ * m110 int4 took 0.844 of the time to its first token, one stream and 16 streams of short prompts
+ * even (bench/README.md "A long prompt after short ones").
+ */
+function layerOutputs(g: Graph): void {
+  const at = g.node!.findIndex((n) => n.output?.[0] === 'new_key_values' && n.opType === 'Concat');
+  const out = g.output!.find((o) => o.name === 'new_key_values');
+  if (at < 0 || !out) return;
+  // Its inputs renamed where they are made and read, so that no copy is left between.
+  const rename = new Map(g.node![at]!.input!.map((src, k) => [src, `new.${Math.floor(k / 2)}.${k % 2 ? 'value' : 'key'}`]));
+  g.node!.splice(at, 1);
+  for (const n of g.node!) {
+    n.input = n.input!.map((x) => rename.get(x) ?? x);
+    n.output = n.output!.map((x) => rename.get(x) ?? x);
+  }
+  for (const v of g.valueInfo ?? []) v.name = rename.get(v.name!) ?? v.name;
+  g.output = [...g.output!.filter((o) => o !== out), ...[...rename.values()].map((name) => ({ name, type: out.type }))];
 }
