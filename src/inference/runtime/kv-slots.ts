@@ -95,20 +95,23 @@ export function copyHeads(heads: number, headDim: number, len: number, src: Floa
 }
 
 export class KvSlots {
-  /** Each layer's keys and values in the current layout: views at the start of kMem / vMem. */
+  /** Each layer's keys and values in the current layout: views at the start of its chunk of `mem`. */
   private k: Float32Array[] = [];
   private v: Float32Array[] = [];
   /**
-   * Each layer's key and value memory. It stays at the most any layout has needed until the cache
-   * is released (idle), as llama.cpp holds its whole context: a capacity rebuilt smaller for short
-   * sequences and grown again by the next long one moves the live positions within pages already
-   * written instead of taking new ones. A 1,000-token prompt of m25 int4 after a short one took
-   * 128 MB of new buffers before its step ran, 60-190 ms of page faults (bench/README.md "A long
-   * prompt after short ones"). Positions no sequence holds keep an earlier one's keys: every graph
-   * hides them (cache_bias), so they weigh exactly 0.
+   * Every layer's key and value memory, one allocation of 2 x layers chunks (layer l's keys the
+   * chunk 2l, its values 2l + 1) of `chunk` floats each. It stays at the most any layout has needed
+   * until the cache is released (idle), as llama.cpp holds its whole context: a capacity rebuilt
+   * smaller for short sequences and grown again by the next long one moves the live positions
+   * within pages already written instead of taking new ones. A 1,000-token prompt of m25 int4
+   * after a short one took 128 MB of new buffers before its step ran, 60-190 ms of page faults
+   * (bench/README.md "A long prompt after short ones"). One allocation, not one a layer: past
+   * malloc's largest heap chunk (32 MiB) it is mapped fresh, so a page costs only when first
+   * written, and a lone long prompt writes one slot of the four. Positions no sequence holds keep
+   * an earlier one's keys: every graph hides them (cache_bias), so they weigh exactly 0.
    */
-  private kMem: Float32Array[] = [];
-  private vMem: Float32Array[] = [];
+  private mem = new Float32Array(0);
+  private chunk = 0;
   private slotsCap = 0;
   /** Positions per slot (the graph's cache_capacity). */
   cap = 0;
@@ -137,9 +140,9 @@ export class KvSlots {
     return this.layout.emptyCacheFeeds;
   }
 
-  /** Bytes of the cache's memory (kMem, vMem: at least its layout's): the KV bytes gauge. */
+  /** Bytes of the cache's memory (`mem`: at least its layout's): the KV bytes gauge. */
   get bytes(): number {
-    return 2 * this.layout.layers * (this.kMem[0]?.length ?? 0) * 4;
+    return this.mem.byteLength;
   }
 
   private stride(cap = this.cap): number {
@@ -426,25 +429,23 @@ export class KvSlots {
    */
   private resize(slots: number, cap: number): void {
     const floats = slots * this.stride(cap);
+    const L = slots ? this.layout.layers : 0;
     if (!slots) {
-      [this.kMem, this.vMem, this.scratch] = [[], [], new Float32Array(0)];
-    } else if ((this.kMem[0]?.length ?? 0) >= floats) {
-      for (const mem of [...this.kMem, ...this.vMem]) this.relayout(mem, cap);
+      [this.mem, this.chunk, this.scratch] = [new Float32Array(0), 0, new Float32Array(0)];
+    } else if (this.chunk >= floats) {
+      for (let c = 0; c < 2 * L; c++) this.relayout(this.mem.subarray(c * this.chunk, (c + 1) * this.chunk), cap);
     } else {
       const { kvHeads: H, headDim: D } = this.layout;
       const [oldCap, oldStride, newStride] = [this.cap, this.stride(), this.stride(cap)];
-      const re = (old: Float32Array | undefined) => {
-        const n = new Float32Array(floats);
-        if (old) {
-          for (let slot = 0; slot < this.seqAt.length; slot++) copyHeads(H, D, this.lenAt[slot]!, old, slot * oldStride, oldCap, n, slot * newStride, cap);
-        }
-        return n;
-      };
-      this.kMem = Array.from({ length: this.layout.layers }, (_, l) => re(this.k[l]));
-      this.vMem = Array.from({ length: this.layout.layers }, (_, l) => re(this.v[l]));
+      const mem = new Float32Array(2 * L * floats);
+      [...this.k, ...this.v].forEach((old, i) => {
+        const at = (i < L ? 2 * i : 2 * (i - L) + 1) * floats;
+        for (let slot = 0; slot < this.seqAt.length; slot++) copyHeads(H, D, this.lenAt[slot]!, old, slot * oldStride, oldCap, mem, at + slot * newStride, cap);
+      });
+      [this.mem, this.chunk] = [mem, floats];
     }
-    this.k = this.kMem.map((mem) => mem.subarray(0, floats));
-    this.v = this.vMem.map((mem) => mem.subarray(0, floats));
+    this.k = Array.from({ length: L }, (_, l) => this.mem.subarray(2 * l * this.chunk, 2 * l * this.chunk + floats));
+    this.v = Array.from({ length: L }, (_, l) => this.mem.subarray((2 * l + 1) * this.chunk, (2 * l + 1) * this.chunk + floats));
     this.slotsCap = slots;
     this.cap = cap;
   }
