@@ -211,7 +211,7 @@ describe('slot-cache graph and KvSlots', () => {
   });
 
   it('moves live positions within its memory as the capacity grows and shrinks, as a fresh cache would hold them', () => {
-    const layout = { layers: 2, kvHeads: 3, headDim: 4, positionsMax: 2000, emptyCacheFeeds: true };
+    const layout = { layers: 2, kvHeads: 3, headDim: 4, positionsMax: 4000, emptyCacheFeeds: true };
     const [H, D] = [layout.kvHeads, layout.headDim];
     const fill = (n: number, base: number) => Float32Array.from({ length: H * n * D }, (_, i) => base + i + 1);
     // Nearly full slots of 64 positions: a head moved to a capacity a little larger or smaller
@@ -252,6 +252,27 @@ describe('slot-cache graph and KvSlots', () => {
     expect(sl.cap).toBe(64);
     expect(held(sl)).toEqual(want);
     expect([sl.bytes, sl.feeds(0, 1)['cache.0.key']!.buffer]).toEqual([memory, buf]);
+  });
+
+  it('keeps at most its first slots of the whole context past what its layout needs: more is given back when it shrinks', () => {
+    const [H, D, L] = [2, 4, 2];
+    const sl = new KvSlots({ layers: L, kvHeads: H, headDim: D, positionsMax: 1024, emptyCacheFeeds: true });
+    const bytesOf = (slots: number, cap: number) => 2 * L * slots * H * cap * D * 4;
+    // Eight sequences grown to the whole context together: 8 slots of 1,024, past 4 of it.
+    for (let seq = 1; seq <= 8; seq++) sl.open(seq);
+    sl.reserve(1000);
+    expect(sl.bytes).toBe(bytesOf(8, 1024));
+    for (let seq = 1; seq <= 8; seq++) sl.delete(seq);
+    sl.open(9);
+    sl.reserve(10);
+    expect(sl.bytes).toBe(bytesOf(4, 64));
+    // A lone long one: 4 slots of it, kept for the next after a short one.
+    sl.reserve(1000);
+    expect(sl.bytes).toBe(bytesOf(4, 1024));
+    sl.delete(9);
+    sl.open(10);
+    sl.reserve(10);
+    expect([sl.cap, sl.bytes]).toEqual([64, bytesOf(4, 1024)]);
   });
 
   it('answers exactly as a fresh cache does in memory that earlier sequences left their keys and values in', async () => {

@@ -101,7 +101,8 @@ export class KvSlots {
   /**
    * Every layer's key and value memory, one allocation of 2 x layers chunks (layer l's keys the
    * chunk 2l, its values 2l + 1) of `chunk` floats each. It stays at the most any layout has needed
-   * until the cache is released (idle), as llama.cpp holds its whole context: a capacity rebuilt
+   * (up to the first slots of the whole context: `resize`) until the cache is released (idle), as
+   * llama.cpp holds its whole context: a capacity rebuilt
    * smaller for short sequences and grown again by the next long one moves the live positions
    * within pages already written instead of taking new ones. A 1,000-token prompt of m25 int4
    * after a short one took 128 MB of new buffers before its step ran, 60-190 ms of page faults
@@ -425,14 +426,17 @@ export class KvSlots {
   /**
    * Lays the cache out as `slots` x `cap`, each occupied slot's positions where that layout has
    * them: moved within the memory where it holds the layout, else copied into new memory of
-   * exactly its size. `slots` 0 frees it all.
+   * exactly its size. `slots` 0 frees it all. Memory past what the layout needs is kept only up to
+   * the cache's first slots of the whole context (a fresh cache's lone long prompt): more (many
+   * rows grown long together) is given back as soon as a smaller layout is made, as before the
+   * memory was kept.
    */
   private resize(slots: number, cap: number): void {
     const floats = slots * this.stride(cap);
     const L = slots ? this.layout.layers : 0;
     if (!slots) {
       [this.mem, this.chunk, this.scratch] = [new Float32Array(0), 0, new Float32Array(0)];
-    } else if (this.chunk >= floats) {
+    } else if (this.chunk >= floats && this.chunk <= Math.max(floats, this.slotsMin * this.stride(this.layout.positionsMax))) {
       for (let c = 0; c < 2 * L; c++) this.relayout(this.mem.subarray(c * this.chunk, (c + 1) * this.chunk), cap);
     } else {
       const { kvHeads: H, headDim: D } = this.layout;
