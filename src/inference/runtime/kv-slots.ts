@@ -102,14 +102,14 @@ export class KvSlots {
    * Every layer's key and value memory, one allocation of 2 x layers chunks (layer l's keys the
    * chunk 2l, its values 2l + 1) of `chunk` floats each. It stays at the most any layout has needed
    * (up to the first slots of the whole context: `resize`) until the cache is released (idle), as
-   * llama.cpp holds its whole context: a capacity rebuilt
-   * smaller for short sequences and grown again by the next long one moves the live positions
-   * within pages already written instead of taking new ones. A 1,000-token prompt of m25 int4
-   * after a short one took 128 MB of new buffers before its step ran, 60-190 ms of page faults
-   * (bench/README.md "A long prompt after short ones"). One allocation, not one a layer: past
-   * malloc's largest heap chunk (32 MiB) it is mapped fresh, so a page costs only when first
-   * written, and a lone long prompt writes one slot of the four. Positions no sequence holds keep
-   * an earlier one's keys: every graph hides them (cache_bias), so they weigh exactly 0.
+   * llama.cpp holds its whole context: a capacity rebuilt smaller for short sequences and grown
+   * again by the next long one moves the live positions within pages already written instead of
+   * taking new ones. A 1,000-token prompt of m25 int4 after a short one took 128 MB of new buffers
+   * before its step ran, 60-190 ms of page faults (bench/README.md "A long prompt after short
+   * ones"). One allocation, not one a layer: past malloc's largest heap chunk (32 MiB) it is mapped
+   * fresh, so a page costs only when first written, and a lone long prompt writes one slot of the
+   * four. Positions no sequence holds keep an earlier one's keys: every graph hides them
+   * (cache_bias), so they weigh exactly 0.
    */
   private mem = new Float32Array(0);
   private chunk = 0;

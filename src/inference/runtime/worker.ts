@@ -842,7 +842,8 @@ const WARM_UP_PROMPT_RUNS_MAX = 40;
  * choice's measuring. Only a model with several sessions gains enough to be worth its start time:
  * a slot-cache one warms its decoding (tens of milliseconds), one with a prefill session its long
  * steps (warmUpLong: ~1.4 s more at load for m25 int4, ~2.2 s since the warm-up also measures the
- * sessions for a short prompt and a long one); its pass counts start from zero after it. Every
+ * sessions for a short prompt and a long one, 0.15-0.45 s more since it runs the long-step
+ * session's longest step); its pass counts start from zero after it. Every
  * slot-cache model, a GPU's device cache too, times its short prompt and a few decode steps of one
  * row and of WARM_UP_BATCH_ROWS: admission's pace until its own steps are timed (throughput.ts StepPace).
  */
