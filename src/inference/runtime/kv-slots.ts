@@ -108,8 +108,10 @@ export class KvSlots {
    * before its step ran, 60-190 ms of page faults (bench/README.md "A long prompt after short
    * ones"). One allocation, not one a layer: past malloc's largest heap chunk (32 MiB) it is mapped
    * fresh, so a page costs only when first written, and a lone long prompt writes one slot of the
-   * four. Positions no sequence holds keep an earlier one's keys: every graph hides them
-   * (cache_bias), so they weigh exactly 0.
+   * four. Positions no sequence holds keep an earlier one's keys and values where a fresh cache
+   * held zeros: every graph hides them (cache_bias), so each weighs at most e^-60 of the row's
+   * largest (onnx-attention.ts SOFTMAX_FLOOR), below float32's precision, and they are finite
+   * (projections of RMS-normed states), so nothing of one sequence reaches another.
    */
   private mem = new Float32Array(0);
   private chunk = 0;
