@@ -306,6 +306,31 @@ describe('slot-cache graph and KvSlots', () => {
     expect(u.logits).toEqual(f.logits);
   });
 
+  it("feeds a prompt chunk the capacity its cache held, and makes room for the chunk's positions after it", () => {
+    const [H, D] = [2, 4];
+    const sl = new KvSlots({ layers: 1, kvHeads: H, headDim: D, positionsMax: 2048, emptyCacheFeeds: true });
+    const news = (n: number) => [new Float32Array(H * n * D)];
+    const chunk = (n: number) => {
+      const st = slotStepFeeds(sl, [{ seq: 1, tokens: Array.from({ length: n }, () => 5) }]);
+      const fed = st.feeds['cache.0.key']!.dims[2];
+      sl.write(st.first, st.counts, st.S, news(n), news(n));
+      return fed;
+    };
+    // A 2,000-token prompt in chunks of 1,024 and 976: the first reads no cache and leaves the
+    // capacity a fresh cache has for 1,024 positions; the second reads that, not 2,000.
+    expect(chunk(1024)).toBe(0);
+    expect(sl.cap).toBe(1104);
+    expect(chunk(976)).toBe(1104);
+    expect(sl.cap).toBeGreaterThanOrEqual(2000);
+    expect(sl.len(1)).toBe(2000);
+    // It leaves; the next prompt's first chunk lays the emptied cache out at its own size, in the same memory.
+    const [memory, buf] = [sl.bytes, sl.feeds(0, 1)['cache.0.key']!.buffer];
+    sl.delete(1);
+    expect(chunk(1024)).toBe(0);
+    expect(sl.cap).toBe(1104);
+    expect([sl.bytes, sl.feeds(0, 1)['cache.0.key']!.buffer]).toEqual([memory, buf]);
+  });
+
   it('grows the capacity by an eighth below 256 positions and by a quarter from there, in multiples of 16 positions', () => {
     const sl = new KvSlots({ layers: 1, kvHeads: 1, headDim: 4, positionsMax: 2000, emptyCacheFeeds: true });
     sl.open(1);

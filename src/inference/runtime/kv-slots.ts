@@ -200,16 +200,33 @@ export class KvSlots {
   }
 
   /**
-   * Makes room for `positions` in every slot. Where the capacity is far more than the step and
-   * every live sequence need (see KEPT_CAPACITY_OVER_NEED_MAX), new smaller buffers: every row's
-   * attention reads the whole capacity, filled or not, so a cache grown by a long sequence that
-   * has left would slow every short one beside it (16 rows of m25 int4 on the int8 products:
-   * a decode step 4.3 ms at a capacity of 64 positions, 5.4 at 112, 13.5 at 384; bench/README.md
-   * "The slot capacity"). The live sequences' positions are copied over, once.
+   * Makes room for `positions` in every slot (laid out first as `layFor` lays it): grown as far as
+   * its generations can reach (`grownCapacity`), or, for a prompt chunk (`chunk`), only to the
+   * capacity a fresh cache would have for them, which its next chunk then reads whole.
    */
-  reserve(positions: number): void {
+  reserve(positions: number, chunk = false): void {
+    this.layFor(positions);
+    if (positions <= this.cap) return;
+    this.resize(this.slotsCap, chunk ? this.capacityFor(positions, SLOT_CAPACITY_MIN_POSITIONS) : this.grownCapacity(positions));
+  }
+
+  /**
+   * Lays the cache out for a step whose rows will hold at most `positions`, growing it no further:
+   * the step reads what its rows hold, and `write` makes room for its new positions once it has
+   * run. Every row's attention reads the whole capacity, filled or not: a second 976-token chunk of
+   * a 2,000-token prompt of m25 int4 took 223 ms over a capacity of 1,104 positions and 335 over
+   * 2,048 (bench/README.md "A long prompt after short ones"). So where the capacity is far more
+   * than the step and every live sequence need (see KEPT_CAPACITY_OVER_NEED_MAX), a smaller
+   * layout: a cache grown by a long sequence that has left would slow every short one beside it
+   * (16 rows of m25 int4 on the int8 products: a decode step 4.3 ms at a capacity of 64
+   * positions, 5.4 at 112, 13.5 at 384; bench/README.md "The slot capacity"), the live sequences'
+   * positions moved once. And a cache whose sequences hold nothing yet is laid out at a fresh
+   * cache's capacity for the step: nothing moves, and its memory stays.
+   */
+  layFor(positions: number): void {
     if (positions > this.layout.positionsMax) throw new Error(`a sequence of ${positions} positions passes the model's ${this.layout.positionsMax}`);
     const kept = (need: number) => Math.max(KEPT_CAPACITY_MAX_POSITIONS, KEPT_CAPACITY_OVER_NEED_MAX * need);
+    const fresh = () => this.capacityFor(positions, SLOT_CAPACITY_MIN_POSITIONS);
     // The live sequences' lengths are read (every step: no allocation) only when the step's own need leaves room to shrink.
     if (this.cap > kept(positions)) {
       const need = Math.max(positions, this.longest);
@@ -217,11 +234,8 @@ export class KvSlots {
         let slots = this.slotsMin;
         while (slots < this.seqAt.length) slots *= 2;
         this.resize(slots, this.capacityFor(need, SLOT_CAPACITY_MIN_POSITIONS));
-        return;
       }
-    }
-    if (positions <= this.cap) return;
-    this.resize(this.slotsCap, this.grownCapacity(positions));
+    } else if (this.cap > fresh() && this.longest === 0) this.resize(this.slotsCap, fresh());
   }
 
   /**
@@ -338,8 +352,8 @@ export class KvSlots {
   private openFrom(seq: number, at: number, fill: (slot: SlotView) => void): void {
     if (this.slotOf.has(seq)) throw new Error(`sequence ${seq} holds a slot already`);
     this.open(seq);
-    // Room for the prompt's next position too.
-    this.reserve(Math.min(at + 1, this.layout.positionsMax));
+    // Room for the prompt's next position too, as for a chunk: the rest of the prompt follows.
+    this.reserve(Math.min(at + 1, this.layout.positionsMax), true);
     const slot = this.slotOf.get(seq)!;
     fill({ k: this.k, v: this.v, offset: slot * this.stride(), cap: this.cap });
     this.lenAt[slot] = at;
@@ -377,9 +391,12 @@ export class KvSlots {
   /**
    * Writes a step's new keys and values (`new.N.key|value`, [n, kvHeads, S, headDim],
    * rows left-padded) into slots [first, first + n): row i's last `counts[i]`
-   * positions go after what its slot holds.
+   * positions go after what its slot holds, room made for them first (`reserve`).
    */
   write(first: number, counts: number[], S: number, newKeys: Float32Array[], newValues: Float32Array[]): void {
+    let need = 0;
+    for (let i = 0; i < counts.length; i++) need = Math.max(need, this.lenAt[first + i]! + counts[i]!);
+    this.reserve(need, S > 1);
     const { kvHeads: H, headDim: D } = this.layout;
     const s = this.stride();
     // Source and destination of each layer's keys, then values: paired once per step, not per row.
@@ -530,7 +547,7 @@ export function stepRowFeeds(rows: ReadonlyArray<{ tokens: readonly number[]; le
  */
 export function slotStepFeeds(sl: KvSlots, rows: ReadonlyArray<{ seq: number; tokens: readonly number[] }>): SlotStep {
   for (const r of rows) sl.open(r.seq);
-  sl.reserve(Math.max(...rows.map((r) => sl.len(r.seq) + r.tokens.length)));
+  sl.layFor(Math.max(...rows.map((r) => sl.len(r.seq) + r.tokens.length)));
   const { first, order } = sl.arrange(rows.map((r) => r.seq));
   const B = rows.length;
   const S = Math.max(...rows.map((r) => r.tokens.length));
