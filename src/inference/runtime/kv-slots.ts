@@ -54,16 +54,17 @@ const SLOT_CAPACITY_REACH_ALIGN_POSITIONS = 8;
 /** Slots a fresh cache starts with; doubled when more sequences are live. */
 const SLOTS_MIN = 4;
 /**
- * Buffers stay when the last sequence leaves (the worker frees them after a while idle):
- * allocating them again cost each lone request 1-1.6 ms before its prefill at m25's short
- * prompts, and ~10 ms at a 512-token one (bench/README.md). But attention reads the whole
- * capacity, so sequences that start in an emptied cache keep it only while it is at most
- * this many times what their first step needs (or at most KEPT_CAPACITY_MAX_POSITIONS): a
- * cache grown by a long sequence is rebuilt smaller for the short ones after it, and kept
- * for the next long one.
+ * The memory stays when the last sequence leaves (the worker frees it after a while idle):
+ * allocating it again cost each lone request 1-1.6 ms before its prefill at m25's short
+ * prompts, and ~10 ms at a 512-token one (bench/README.md). Attention reads the whole
+ * capacity, so a cache whose capacity is over this many times what a step and its live
+ * sequences need (and over KEPT_CAPACITY_MAX_POSITIONS) is laid out smaller: one grown by a
+ * long sequence is rebuilt for the short ones after it, their positions moved once. Below that,
+ * a cache whose sequences hold positions keeps its capacity (each rebuild moves them), and one
+ * whose sequences hold none yet is laid out at a fresh cache's capacity (KvSlots.layFor).
  */
 const KEPT_CAPACITY_OVER_NEED_MAX = 2;
-/** Capacity an emptied cache keeps whatever the next sequences need: a short row then reads at most 2x what a fresh cache would give it. */
+/** Capacity a cache whose sequences hold positions keeps whatever they need: a short row then reads at most 2x what a fresh cache would give it. */
 const KEPT_CAPACITY_MAX_POSITIONS = 2 * SLOT_CAPACITY_MIN_POSITIONS;
 
 /** The capacity a cache grows to from `from` positions to hold `positions` (SLOT_CAPACITY_GROWTH), at most `positionsMax`. */
@@ -227,7 +228,7 @@ export class KvSlots {
     if (positions > this.layout.positionsMax) throw new Error(`a sequence of ${positions} positions passes the model's ${this.layout.positionsMax}`);
     const kept = (need: number) => Math.max(KEPT_CAPACITY_MAX_POSITIONS, KEPT_CAPACITY_OVER_NEED_MAX * need);
     const fresh = () => this.capacityFor(positions, SLOT_CAPACITY_MIN_POSITIONS);
-    // The live sequences' lengths are read (every step: no allocation) only when the step's own need leaves room to shrink.
+    // The live sequences' lengths are read (no allocation) only where the step's own need leaves room to shrink.
     if (this.cap > kept(positions)) {
       const need = Math.max(positions, this.longest);
       if (this.cap > kept(need)) {
