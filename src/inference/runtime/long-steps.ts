@@ -75,7 +75,6 @@ export function longStepGraph(bytes: Uint8Array): Uint8Array | undefined {
   return onnx.ModelProto.encode(model).finish();
 }
 
-
 interface Core {
   t: { q: string; k: string; v: string; cacheK: string; cacheV: string };
   /** Query heads a key head: the graph's `new_bias` is tiled this many times for the scores (onnx-writer.ts). */
