@@ -66,6 +66,8 @@ const SLOTS_MIN = 4;
 const KEPT_CAPACITY_OVER_NEED_MAX = 2;
 /** Capacity a cache whose sequences hold positions keeps whatever they need: a short row then reads at most 2x what a fresh cache would give it. */
 const KEPT_CAPACITY_MAX_POSITIONS = 2 * SLOT_CAPACITY_MIN_POSITIONS;
+/** The most capacity a cache keeps for a step and live sequences that need `need` positions (KEPT_CAPACITY_OVER_NEED_MAX). */
+const keptCapacity = (need: number) => Math.max(KEPT_CAPACITY_MAX_POSITIONS, KEPT_CAPACITY_OVER_NEED_MAX * need);
 
 /** The capacity a cache grows to from `from` positions to hold `positions` (SLOT_CAPACITY_GROWTH), at most `positionsMax`. */
 export function slotCapacityFor(positions: number, from: number, positionsMax: number): number {
@@ -226,17 +228,18 @@ export class KvSlots {
    */
   layFor(positions: number): void {
     if (positions > this.layout.positionsMax) throw new Error(`a sequence of ${positions} positions passes the model's ${this.layout.positionsMax}`);
-    const kept = (need: number) => Math.max(KEPT_CAPACITY_MAX_POSITIONS, KEPT_CAPACITY_OVER_NEED_MAX * need);
-    const fresh = () => this.capacityFor(positions, SLOT_CAPACITY_MIN_POSITIONS);
-    // The live sequences' lengths are read (no allocation) only where the step's own need leaves room to shrink.
-    if (this.cap > kept(positions)) {
+    // Every step comes here (twice: its feeds and its write), so nothing is allocated.
+    if (this.cap > keptCapacity(positions)) {
       const need = Math.max(positions, this.longest);
-      if (this.cap > kept(need)) {
+      if (this.cap > keptCapacity(need)) {
         let slots = this.slotsMin;
         while (slots < this.seqAt.length) slots *= 2;
         this.resize(slots, this.capacityFor(need, SLOT_CAPACITY_MIN_POSITIONS));
       }
-    } else if (this.cap > fresh() && this.longest === 0) this.resize(this.slotsCap, fresh());
+    } else if (this.longest === 0) {
+      const fresh = this.capacityFor(positions, SLOT_CAPACITY_MIN_POSITIONS);
+      if (this.cap > fresh) this.resize(this.slotsCap, fresh);
+    }
   }
 
   /**

@@ -83,7 +83,7 @@ describe('longStepGraph', () => {
     const read = new Set([...g.node!.flatMap((n) => n.input ?? []), ...g.output!.map((o) => o.name!)]);
     expect(g.node!.flatMap((n) => n.output ?? []).filter((o) => o && !read.has(o))).toEqual([]);
     expect(g.initializer!.map((t) => t.name!).filter((name) => !read.has(name))).toEqual([]);
-    // Its new keys and values come out a layer's keys or values each (no Concat of all, no copy).
+    // Its new keys and values come out a layer's keys or values each, as the prefill graph gives them (prefill-graph.ts layerOutputs).
     expect(g.output!.map((o) => o.name)).toEqual(['logits', 'new.0.key', 'new.0.value', 'new.1.key', 'new.1.value']);
     expect(opTypes(long).filter((t) => t === 'Identity')).toEqual([]);
   });
