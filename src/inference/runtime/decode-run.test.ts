@@ -37,6 +37,8 @@ afterAll(async () => {
 /** Greedy, no end of text: a sequence goes on until its budget or an interrupt. */
 const sampler = (budget: number): SamplerSpec => ({ temperature: 0, topP: 1, seed: 1, budget, eos: [] });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** Time for the worker to take up a prompt step sent just before (a message and a turn), and well within the ~300-token step's own time. */
+const LONG_STEP_BEGUN_MS = 5;
 
 describe('a decode run', () => {
   it('runs a prompt sent while a step runs before the next step', async () => {
@@ -65,14 +67,19 @@ describe('a decode run', () => {
     await runner.join([{ seq: 20, tokens: prompt, sampler: sampler(50) }]);
     let steps = 0;
     // A long prompt step first, so the decode run and the join below wait behind it in the worker.
+    // Sent once the step has begun, they come while its run holds the worker's thread: the event
+    // loop would read the join only once the decode run's first step had started.
     const before = runner.step([{ seq: 21, tokens: longPrompt }]);
+    await sleep(LONG_STEP_BEGUN_MS);
     const run = runner.decode([20], 50, () => steps++);
     const joined = runner.join([{ seq: 22, tokens: prompt, sampler: sampler(50) }]).then(() => steps);
     await before;
-    // Queued behind the run, it came after all 50 of its steps.
-    expect(await joined).toBe(0);
+    const stepsBeforeJoin = await joined;
     await run;
+    // Freed before the check, so that a failure here leaves the next tests a worker holding nothing.
     runner.free([20, 21, 22]);
+    // It ran at the run's first step: answered before any of the run's tokens came.
+    expect(stepsBeforeJoin).toBe(0);
   }, 60_000);
 
   it('ends a run interrupted while it waited behind other work after its first step', async () => {
@@ -82,8 +89,8 @@ describe('a decode run', () => {
     const run = runner.decode([40], 50, (seqs) => void (steps += seqs.length));
     runner.interrupt(); // before the run began: once reset when it did, and the run went on to its 50 steps
     await Promise.all([before, run]);
-    expect(steps).toBe(1);
     runner.free([40, 41]);
+    expect(steps).toBe(1);
   }, 60_000);
 
   it('frees the slot of a generation that ends inside a run at once, not when the scheduler frees it after the run', async () => {

@@ -708,6 +708,11 @@ async function runJoinGroup(group: Array<Extract<WorkerCommand, { type: 'join' }
 async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<void> {
   w.inRun = true;
   w.runsQueued--;
+  // Commands that came while other work held the thread (a prompt's step before this run) are
+  // read now, not by the event loop after the first step has started: a join among them runs at
+  // the run's first step. Posted together with the run, a join was read at once only where the
+  // thread took both messages in one turn, which a busy machine does not promise.
+  readCommandsNow();
   const alive = (seq: number) => cached(seq) && samplers.get(seq)?.ended === false;
   let live = seqs.filter(alive);
   const posts = (w.tokenPosts = new TokenPosts((steps) => port.postMessage({ type: 'tokens', id, steps } satisfies WorkerEvent), w.tokensPostIntervalMs));
