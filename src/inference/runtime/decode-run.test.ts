@@ -12,7 +12,7 @@ import type { Runner } from './runner.js';
 // test's own. When a prompt that joins it gets its step, counted in the run's own steps: the
 // worker reads its commands between two steps, so a prompt sent while a step runs is run before
 // the next one, and one sent while a run waits to begin is run at its first. And a generation
-// that ends inside a run gives its slot back at once.
+// that ends inside a run gives its slot back at once. A close ends a run after its first step.
 
 const MODEL = 'test/decode-run';
 const modelsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-decode-run-'));
@@ -111,5 +111,18 @@ describe('a decode run', () => {
     runner.free([30, 31]); // finds sequence 30 gone already: no error
     await runner.join([{ seq: 32, tokens: prompt, sampler: sampler(2) }]); // the worker goes on
     runner.free([32]);
+  }, 60_000);
+
+  // Last: it closes the runner.
+  it('makes the first step of a run that a close reached before the run began, then ends it', async () => {
+    await runner.join([{ seq: 50, tokens: prompt, sampler: sampler(50) }]);
+    let steps = 0;
+    // As above: the run and the close come while the prompt step before them holds the thread, so
+    // the run reads the close before its first step. A run of no step is a fault to the scheduler.
+    const before = runner.step([{ seq: 51, tokens: longPrompt }]);
+    await sleep(LONG_STEP_BEGUN_MS);
+    const run = runner.decode([50], 50, (seqs) => void (steps += seqs.length));
+    await Promise.all([before, run, runner.close()]);
+    expect(steps).toBe(1);
   }, 60_000);
 });

@@ -717,8 +717,9 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
   let live = seqs.filter(alive);
   const posts = (w.tokenPosts = new TokenPosts((steps) => port.postMessage({ type: 'tokens', id, steps } satisfies WorkerEvent), w.tokensPostIntervalMs));
   try {
-    // An interrupt ends the run after its current step: one that came before the run began, after its first.
-    for (let steps = 0; (steps === 0 || w.interruptedRun !== id) && !w.closeRequested && steps < stepsMax; steps++) {
+    // An interrupt or a close ends the run after its current step: one that came before the run
+    // began, after its first (the scheduler takes a run of no step for a fault, not a shutdown).
+    for (let steps = 0; (steps === 0 || (w.interruptedRun !== id && !w.closeRequested)) && steps < stepsMax; steps++) {
       if (joins.length) for (const seq of await runJoins()) if (alive(seq) && !live.includes(seq)) live.push(seq);
       if (!live.length) break;
       const t0 = performance.now();
