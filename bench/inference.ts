@@ -74,11 +74,11 @@ async function rawLoop(modelFile: string, dtype: ModelDtype, B: number, prompt: 
   // Nor a long-step session: the loop's prompts are short (a row past 512 tokens is the only step that session runs).
   const loaded = provider === 'cpu' ? { ...extraSessionsFor(modelFile, threads, dtype, allow), prefillNarrow: false, long: false } : { narrow: false, spinning: false, prefill: false, prefillSpinning: false, prefillNarrow: false, long: false };
   const narrow = loaded.narrow ? await ort.InferenceSession.create(modelFile, options(1)) : undefined;
-  const spinning = loaded.spinning ? await ort.InferenceSession.create(modelFile, { ...options(threads), extra: { session: spinningSessionConfig() } }) : undefined;
+  const spinning = loaded.spinning ? await ort.InferenceSession.create(modelFile, { ...options(threads), extra: { session: spinningSessionConfig('decode') } }) : undefined;
   // As the daemon's worker loads them (runtime/worker-sessions.ts): weights beside the graph found from its folder.
   const prefillBytes = loaded.prefill ? prefillGraph(fs.readFileSync(modelFile), await weightTypeHere(), path.dirname(modelFile)) : undefined;
   const prefill = prefillBytes ? await ort.InferenceSession.create(prefillBytes, withRewrittenGraphConfig(options(threads), modelFile)) : undefined;
-  const prefillSpinning = prefillBytes && loaded.prefillSpinning ? await ort.InferenceSession.create(prefillBytes, withRewrittenGraphConfig({ ...options(threads), extra: { session: spinningSessionConfig() } }, modelFile)) : undefined;
+  const prefillSpinning = prefillBytes && loaded.prefillSpinning ? await ort.InferenceSession.create(prefillBytes, withRewrittenGraphConfig({ ...options(threads), extra: { session: spinningSessionConfig('prompt') } }, modelFile)) : undefined;
   loaded.prefill = !!prefill;
   loaded.prefillSpinning = !!prefillSpinning;
   // The raw loop is one worker's: no replicas, so no one-thread prefill session.

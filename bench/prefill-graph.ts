@@ -26,7 +26,7 @@ async function main() {
   const int8 = prefillGraph(converted, await weightTypeHere());
   if (!int8) throw new Error(`${file} has no block-quantized products: nothing to compare`);
   const open = (graph: Uint8Array, spin: boolean) =>
-    ort.InferenceSession.create(graph, { graphOptimizationLevel: 'all', intraOpNumThreads: cores, interOpNumThreads: 1, extra: { session: spin ? spinningSessionConfig() : spinSessionConfig('off') } });
+    ort.InferenceSession.create(graph, { graphOptimizationLevel: 'all', intraOpNumThreads: cores, interOpNumThreads: 1, extra: { session: spin ? spinningSessionConfig('prompt') : spinSessionConfig('off') } });
   const sessions = { convertedSleeping: await open(converted, false), convertedSpinning: await open(converted, true), int8Sleeping: await open(int8, false), int8Spinning: await open(int8, true) };
   const kinds = Object.keys(sessions) as (keyof typeof sessions)[];
   const meta = sessions.convertedSleeping.inputMetadata.filter((m) => /^cache\.\d+\.key$/.test(m.name)) as ort.InferenceSession.TensorValueMetadata[];

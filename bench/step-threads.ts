@@ -38,7 +38,7 @@ async function open(threads: number, spin: ThreadSpin): Promise<ort.InferenceSes
     intraOpNumThreads: threads,
     interOpNumThreads: 1,
     // the spinning session as the daemon loads it
-    extra: { session: spin === 'run' ? spinningSessionConfig() : spinSessionConfig(spin) },
+    extra: { session: spin === 'run' ? spinningSessionConfig('decode') : spinSessionConfig(spin) },
   };
   return graph ? ort.InferenceSession.create(graph, withRewrittenGraphConfig(opts, file!)) : ort.InferenceSession.create(file!, opts);
 }

@@ -38,7 +38,29 @@ export function spinSessionConfig(mode: ThreadSpin): Record<string, unknown> {
  */
 const SPINNING_DYNAMIC_BLOCK_BASE = 4;
 
-/** The session config entries of the session whose threads spin while a step runs (session-choice.ts `spinning`). */
-export function spinningSessionConfig(): Record<string, unknown> {
-  return { ...spinSessionConfig('run'), dynamic_block_base: String(SPINNING_DYNAMIC_BLOCK_BASE) };
+/**
+ * How long the decode steps' spinning session's threads go on spinning once a step has returned,
+ * before they sleep (onnxruntime's `intra_op.spin_duration_us`; they used to sleep at once,
+ * force_spinning_stop). A decode run's next step starts a fraction of a millisecond later, and a
+ * sleeping thread on a VM whose idle vCPU halts wakes late, so the step's first products ran on
+ * one core: one stream of m25 int4 through the daemon +10.7 % (11 of 12 alternated pairs; +15.6 %,
+ * 8 of 10, in another run) on an Intel machine with AMX, m110 int4 +8.4 % (7 of 10). Shorter and
+ * longer bounds measured worse there: 300 us -6 % against this one, 1,000 us +7 % against the
+ * immediate stop, 10,000 us -4 % (it holds the core the client and the HTTP thread want between
+ * requests); onnxruntime's own default spins ~45 ms. An idle model's threads sleep after it
+ * (bench/README.md "Threads that spin on between decode steps").
+ */
+export const DECODE_SPIN_AFTER_STEP_US = 3000;
+
+/**
+ * The session config entries of a session whose threads spin while a step runs (session-choice.ts
+ * `spinning` for `decode`, `prefillSpinning` for `prompt`): a decode session's go on spinning
+ * DECODE_SPIN_AFTER_STEP_US after each step, a prompt session's sleep as soon as its step returns
+ * (a prompt is followed by decode steps on the other session, whose threads it would hold a core
+ * from; the two measured even, 1.007, 7 of 12 pairs).
+ */
+export function spinningSessionConfig(steps: 'decode' | 'prompt'): Record<string, unknown> {
+  const blocks = { dynamic_block_base: String(SPINNING_DYNAMIC_BLOCK_BASE) };
+  if (steps === 'prompt') return { ...spinSessionConfig('run'), ...blocks };
+  return { intra_op: { allow_spinning: '1', spin_duration_us: String(DECODE_SPIN_AFTER_STEP_US) }, ...blocks };
 }

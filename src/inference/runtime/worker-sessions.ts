@@ -127,10 +127,10 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void, o
     wide: session,
     // Threads are per session: one thread here, every core in `session`.
     narrow: onCpu && msg.narrowSession ? await extra('one-thread session', `every step runs on ${msg.intraOpThreads} threads`, () => createSession(msg.modelPath, { ...cpu, intraOpNumThreads: 1 })) : undefined,
-    spinning: onCpu && msg.spinningSession ? await extra('spinning session', 'steps run on sleeping threads', () => createSession(msg.modelPath, { ...cpu, extra: { session: spinningSessionConfig() } })) : undefined,
+    spinning: onCpu && msg.spinningSession ? await extra('spinning session', 'steps run on sleeping threads', () => createSession(msg.modelPath, { ...cpu, extra: { session: spinningSessionConfig('decode') } })) : undefined,
     prefill: onCpu && msg.prefillSession ? await extra('prefill session', 'long steps multiply as short ones do', () => prefillSessionOf(msg.modelPath)) : undefined,
     prefillSpinning:
-      onCpu && msg.prefillSession && msg.spinningSession ? await extra('spinning prefill session', 'short steps of several rows run on sleeping threads', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, extra: { session: spinningSessionConfig() } })) : undefined,
+      onCpu && msg.prefillSession && msg.spinningSession ? await extra('spinning prefill session', 'short steps of several rows run on sleeping threads', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, extra: { session: spinningSessionConfig('prompt') } })) : undefined,
     // Only a worker beside others (peers.ts) steps on one thread while they step: each a core.
     // On one thread anyway, the prefill session is that already.
     prefillNarrow:
