@@ -122,7 +122,7 @@ const envSchema = z.object({
   // the weights (runtime/session-choice.ts, bench/README.md "One thread for narrow steps").
   ORT_NARROW_SESSION: bool.default(true),
   // Such a model, when its threads sleep (ORT_INTRA_OP_SPIN=off), also loads a session whose
-  // threads spin while a step runs, and for 3 ms after it so that a decode run's next step finds
+  // threads spin while a step runs, and for 1 ms after it so that a decode run's next step finds
   // them awake (runtime/spin.ts DECODE_SPIN_AFTER_STEP_US), and while it holds at most 4 sequences its steps may run
   // there when that has been faster for their size: one stream of m25 int4 steps in 1.06 ms
   // there against 1.42 on one thread and 1.48 on two sleeping (a Zen 4 machine). Beyond 4

@@ -43,14 +43,16 @@ const SPINNING_DYNAMIC_BLOCK_BASE = 4;
  * before they sleep (onnxruntime's `intra_op.spin_duration_us`; they used to sleep at once,
  * force_spinning_stop). A decode run's next step starts a fraction of a millisecond later, and a
  * sleeping thread on a VM whose idle vCPU halts wakes late, so the step's first products ran on
- * one core: one stream of m25 int4 through the daemon +10.7 % (11 of 12 alternated pairs; +15.6 %,
- * 8 of 10, in another run) on an Intel machine with AMX, m110 int4 +8.4 % (7 of 10). Shorter and
- * longer bounds measured worse there: 300 us -6 % against this one, 1,000 us +7 % against the
- * immediate stop, 10,000 us -4 % (it holds the core the client and the HTTP thread want between
- * requests); onnxruntime's own default spins ~45 ms. An idle model's threads sleep after it
+ * one core. One stream through the daemon against sleeping at once (`ab.js`, alternated pairs, an
+ * Intel machine with AMX; the phases' rates swung 1.5-2x): m25 int4 1.081 (geometric mean, 11 of
+ * 16 pairs) with a token a chunk (logprobs), 1.071 (8 of 10) and 1.007 (8 of 16) without; m110
+ * int4 1.087 (9 of 12) and 0.915 (5 of 12). Against 3,000 us: 1.060 (11 of 16) with logprobs,
+ * even without; 3,000 us itself read 0.950-0.975 against sleeping at once with logprobs, whose
+ * HTTP thread then wanted the core the spinning thread held. onnxruntime's own default spins ~45
+ * ms (it lost in the daemon, 0.961-0.970, on a Zen 4). An idle model's threads sleep after it
  * (bench/README.md "Threads that spin on between decode steps").
  */
-export const DECODE_SPIN_AFTER_STEP_US = 3000;
+export const DECODE_SPIN_AFTER_STEP_US = 1000;
 
 /**
  * The session config entries of a session whose threads spin while a step runs (session-choice.ts
