@@ -45,7 +45,7 @@ const SPINNING_DYNAMIC_BLOCK_BASE = 4;
  * sleeping thread on a VM whose idle vCPU halts wakes late, so the step's first products ran on
  * one core. One stream through the daemon against sleeping at once (`ab.js`, alternated pairs, an
  * Intel machine with AMX; the phases' rates swung 1.5-2x): m25 int4 1.081 (geometric mean, 11 of
- * 16 pairs) with a token a chunk (logprobs), 1.071 (8 of 10) and 1.007 (8 of 16) without; m110
+ * 16 pairs) with a token a chunk (logprobs), 1.062 (8 of 10) and 1.007 (8 of 16) without; m110
  * int4 1.087 (9 of 12) and 0.915 (5 of 12). Against 3,000 us: 1.060 (11 of 16) with logprobs,
  * even without; 3,000 us itself read 0.950-0.975 against sleeping at once with logprobs, whose
  * HTTP thread then wanted the core the spinning thread held. onnxruntime's own default spins ~45
