@@ -12,7 +12,7 @@ import { benchArgs, fmt, machine, median } from './lib.js';
 // Where one thread beats every core (runtime/session-choice.ts): a chat graph's
 // decode step at several batch sizes, and a 20-token prompt, on a session of one
 // intra-op thread, one of every core with threads sleeping when idle, and one of
-// every core with threads spinning while a run lasts (spin.ts `run`), each batch
+// every core with threads spinning while a run lasts and 1 ms after (spin.ts `decode`), each batch
 // size timed in turns on the three in one process.
 // Usage: node dist/bench/step-threads.js --model DIR/model_q4.onnx [--batches 1,2,4,8,16] [--reps 8]
 // [--int8-products]: the graph as the prefill session runs it (runtime/prefill-graph.ts)
@@ -70,7 +70,7 @@ async function main() {
   const cores = os.availableParallelism();
   const sessions = { one: await open(1, 'off'), sleeping: await open(cores, 'off'), spinning: await open(cores, 'run') };
   const kinds = Object.keys(sessions) as (keyof typeof sessions)[];
-  console.log(`machine: ${machine()}\nmodel: ${file}${graph ? ', its products as int8 ones (the prefill session)' : ''}\nmedian ms: one ${PROMPT_TOKENS}-token prompt per row, and a decode step, over ${REPS} passes of ${DECODE_STEPS} steps (the first pass of each not counted); ${cores} threads sleeping between operators, or spinning while a run lasts`);
+  console.log(`machine: ${machine()}\nmodel: ${file}${graph ? ', its products as int8 ones (the prefill session)' : ''}\nmedian ms: one ${PROMPT_TOKENS}-token prompt per row, and a decode step, over ${REPS} passes of ${DECODE_STEPS} steps (the first pass of each not counted); ${cores} threads sleeping between operators, or spinning while a run lasts and 1 ms after (the daemon's decode session)`);
   console.log(`| batch | prompt step: 1 thread / ${cores} sleeping / ${cores} spinning | decode step: 1 thread / ${cores} sleeping / ${cores} spinning | fastest decode | slot capacity |`);
   console.log('| --- | --- | --- | --- | --- |');
   for (const B of batches) {

@@ -1,6 +1,6 @@
 // Which of a model's sessions runs a step: the one on every core whose threads sleep
 // between operators ("wide"), a one-thread session of the same graph ("narrow"), or one
-// on every core whose threads spin while a run lasts and a few ms after ("spinning", spin.ts). A step of a few tokens
+// on every core whose threads spin while a run lasts and 1 ms after ("spinning", spin.ts). A step of a few tokens
 // on a small model is a few hundred operators of microseconds each: waking sleeping
 // threads for each of them costs more than they save (m25 int4 at batch 1: 1.30 ms on one
 // thread, 2.03 ms on two sleeping, one Zen 5 machine), and spinning threads avoid the
