@@ -127,8 +127,9 @@ const envSchema = z.object({
   // sequences its steps may run there when that has been faster for their size: one stream of
   // m25 int4 steps in 1.06 ms there against 1.42 on one thread and 1.48 on two sleeping (a Zen
   // 4 machine). Beyond 4 sequences the sleeping session runs every step, so the HTTP thread
-  // finds a core while 16 streams generate. The cost is a third copy of the weights (runtime/session-choice.ts,
-  // bench/README.md "Spinning for a few streams"). With ORT_PREFILL_SESSION it also spins the
+  // finds a core while 16 streams generate. The cost is a third copy of the weights
+  // (runtime/session-choice.ts, bench/README.md "Spinning for a few streams"). With
+  // ORT_PREFILL_SESSION it also spins the
   // prefill graph for steps of 8-32 tokens (a short prompt: one stream's time to first token of
   // m25 int4 7.7 -> 6.6 ms), one more copy of the int8 weights.
   ORT_SPINNING_SESSION: bool.default(true),
