@@ -55,11 +55,12 @@ const SPINNING_DYNAMIC_BLOCK_BASE = 4;
 export const DECODE_SPIN_AFTER_STEP_US = 1000;
 
 /**
- * The session config entries of a session whose threads spin while a step runs (session-choice.ts
- * `spinning` for `decode`, `prefillSpinning` for `prompt`): a decode session's go on spinning
- * DECODE_SPIN_AFTER_STEP_US after each step, a prompt session's sleep as soon as its step returns
- * (a prompt is followed by decode steps on the other session, whose threads it would hold a core
- * from; the two measured even, 1.007, 7 of 12 pairs).
+ * The session config entries of a session whose threads spin while a step runs. `decode`: the slot
+ * graph's (session-choice.ts `spinning`), where a few streams' decode steps run, and a short prompt
+ * where that has been faster; its threads go on spinning DECODE_SPIN_AFTER_STEP_US after each step.
+ * `prompt`: the int8-products graph's (`prefillSpinning`, steps of 8-32 tokens), whose threads sleep
+ * as soon as its step returns: a prompt is followed by decode steps on the other session, whose
+ * threads they would hold a core from (the two measured even, 1.007, 7 of 12 pairs).
  */
 export function spinningSessionConfig(steps: 'decode' | 'prompt'): Record<string, unknown> {
   const blocks = { dynamic_block_base: String(SPINNING_DYNAMIC_BLOCK_BASE) };
