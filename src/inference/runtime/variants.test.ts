@@ -148,8 +148,11 @@ describe.skipIf(!stories)('stories260K as f32, int8 and int4 in one folder', () 
       return out;
     });
     // the 64 branches' step is measured in bursts of 3 on each session, so at least 3 ran on the prefill
-    // branch session (the state's size was measured at load, by the warm-up, and runs on the faster one)
-    expect((await passes()) - before).toBeGreaterThanOrEqual(3);
+    // branch session (the state's size was measured at load, by the warm-up, and runs on the faster one);
+    // on a loaded machine the step passes 20 ms and is measured by the long sizes' rule instead, a run
+    // at a time in turns, where a session is dropped no sooner than after its first counted run (its
+    // second): at least 2 (CI read 2 once, in parallel with the other files)
+    expect((await passes()) - before).toBeGreaterThanOrEqual(2);
     const changes = runs.map((r) => largestChange(r, converted));
     // measured: 0 where both steps ran as converted, 0.025-0.037 where one ran on int8 products
     expect(Math.max(...changes)).toBeGreaterThan(0);
