@@ -4,16 +4,23 @@ import type { TokenLogprob } from '../engine-api.js';
 // the other core, and that wake is the worker's costliest work between two steps:
 // ~0.1 ms of a ~1.6 ms step at one stream of m25 int4 on this 2-core VM, where
 // feeds, the KV write and sampling take ~0.08 ms together (bench/README.md, "Token
-// posts"). A fast step's tokens are therefore held briefly and posted several steps
-// at a time, as vLLM's `--stream-interval` does; a slow step (a batch of 16 rows
-// takes 7-10 ms) still posts every step.
+// posts"), and the main thread's SSE write of what it carries wakes the client. A
+// fast step's tokens are therefore held briefly and posted several steps at a time,
+// as vLLM's `--stream-interval` does; a slow step (past TOKENS_POST_INTERVAL_MS)
+// still posts every step.
 
 /**
- * Steps' tokens are held at most this long (from the last post): at one stream of a
- * small model two or three steps go in one post. Far below what a reader of a stream
- * notices (a 60 Hz frame is 16 ms), and below one step of any batch of several rows.
+ * Steps' tokens are held at most this long (from the last post): at one stream of m25
+ * about ten steps go in one post, of m110 about three. Below what a reader of a stream
+ * notices (a 60 Hz frame is 16 ms). Each post costs the HTTP thread ~0.2-0.35 ms on
+ * this 2-core VM (its SSE write wakes the client), taken from the model's cores: 10 ms
+ * against 3 read one stream of m25 int4 +4.6 % (9 of 10 alternated pairs) and of m110
+ * int4 +4.9 % (8 of 8), where m110's 3.3 ms steps had posted one token each; 16 streams
+ * of m25 int4 +3.4 % (4 of 6); 16 ms against 10 was even (bench/README.md "Fewer token
+ * posts"). vLLM's `--stream-interval` counts tokens instead; a time bound holds a slow
+ * step's tokens not at all.
  */
-export const TOKENS_POST_INTERVAL_MS = 3;
+export const TOKENS_POST_INTERVAL_MS = 10;
 /**
  * A sequence's first tokens go out with the step that made them: its time to first
  * text (a first character may need several byte tokens) is not held.
