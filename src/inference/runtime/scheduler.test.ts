@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { registries } from '../../metrics.js';
 import { ensureDefaultModels } from '../convert/default-models.js';
 import { defaultEngineOptions } from './options.js';
 import type { StepRow } from './protocol.js';
@@ -134,5 +135,37 @@ describe('scheduler', () => {
     await a.return(undefined);
     await b.return(undefined);
     runs[2]!.end();
+  });
+  it('counts the opening of a start whose generation was gone in the worker (a missed fork, run there) as prompt tokens, as it is billed', async () => {
+    ensureDefaultModels({ modelsDir, sharedModelsDir: path.join(modelsDir, 'none') });
+    const text = new ModelText(path.join(modelsDir, 'random-llama'));
+    // Every token is 5 (not the end of text); a's decode run never ends; a join that starts from
+    // another generation finds it gone (worker.ts startFromKept) and runs its opening too.
+    const answer = (rows: StepRow[]) => ({ logits: new Float32Array(rows.length * V), tokens: Int32Array.from(rows, () => 5) });
+    const runner = {
+      arch: { vocab: V, keepsGenerations: true, layers: 1, kvHeads: 1, headDim: 4 },
+      alive: true,
+      labels: { model: 'missed-fork', replica: 0 },
+      kvBytes: 0,
+      step: async (rows: StepRow[]) => answer(rows),
+      join: async (rows: StepRow[]) => ({ ...answer(rows), missed: rows.filter((r) => r.from).map((r) => r.seq) }),
+      decode: () => new Promise<void>(() => {}),
+      interrupt() {},
+      async fork() {},
+      free() {},
+      keep() {},
+    } as unknown as Runner;
+    const s = new Scheduler('missed-fork', runner, text, defaultEngineOptions, 512);
+    const prompted = async () => (await registries.inference.getSingleMetric('vllm:prompt_tokens_total')!.get()).values.find((v) => v.labels.model_name === 'missed-fork')?.value ?? 0;
+    const opening = Array.from({ length: 40 }, (_, i) => 10 + (i % 7));
+    const a = s.generate({ promptTokens: opening, maxTokens: 40, temperature: 0, topP: 1, stop: [], shareScope: 'u' });
+    expect((await a.next()).done).toBe(false); // a holds its prompt now: b starts from it
+    const before = await prompted();
+    const b = s.generate({ promptTokens: [...opening, 5, 6, 7], maxTokens: 1, temperature: 0, topP: 1, stop: [], shareScope: 'u' });
+    let usage;
+    for await (const ev of b) if (ev.type === 'done') usage = ev.usage;
+    expect(usage).toEqual({ inputTokens: 43, outputTokens: 1 }); // nothing taken from a's cache
+    expect((await prompted()) - before).toBe(43);
+    await a.return(undefined);
   });
 });

@@ -302,7 +302,7 @@ export class Scheduler {
       .then(({ tokens, logprobs, rowsInStep, missed }) => {
         // Joins that arrived together share a step (worker.ts runJoins): counted once, with all its rows.
         if (rowsInStep) M.batchSize.observe({ model: this.modelId, phase: 'prefill' }, rowsInStep);
-        this.startedFromKept(seqs, missed);
+        this.startedFromKept(seqs, { missed });
         seqs.forEach((seq, b) => {
           seq.joining = false;
           seq.pending.splice(0, counts[b]);
@@ -318,7 +318,7 @@ export class Scheduler {
         else if (seqs.some((s) => !s.cancelled && s.joinedRun !== this.runId)) this.replan?.();
       })
       .catch((e) => {
-        this.startedFromKept(seqs, seqs.map((s) => s.id));
+        this.startedFromKept(seqs, undefined);
         for (const seq of seqs) {
           seq.joining = false;
           this.fail(seq, e);
@@ -347,7 +347,7 @@ export class Scheduler {
       this.admit(seq);
     } catch (e) {
       req.signal?.removeEventListener('abort', onAbort);
-      this.startedFromKept([seq], [seq.id]);
+      this.startedFromKept([seq], undefined);
       throw e;
     }
     return new EventStream(
@@ -498,16 +498,20 @@ export class Scheduler {
 
   /**
    * The step that carried these sequences' starts from kept generations (their first prompt chunk)
-   * was answered, or failed or never ran (`missed` then holds every one): the kept ones may go again.
+   * was answered (`answered.missed`: those whose generation had gone, whose opening the worker ran
+   * at the head of the chunk), or failed or never ran (`answered` undefined): the kept ones may go again.
    */
-  private startedFromKept(seqs: Seq[], missed: number[] = []): void {
+  private startedFromKept(seqs: Seq[], answered: { missed?: number[] } | undefined): void {
     for (const s of seqs) {
       if (!s.from) continue;
-      if (!missed.includes(s.id)) {
-        // Counted as prompt tokens too, as vLLM counts every prompt token, and as the prompt is billed (a cancelled one was billed already).
-        M.prefixHits.inc(this.runner.labels, s.from.tokens.length);
+      if (answered) {
+        if (!answered.missed?.includes(s.id)) {
+          M.prefixHits.inc(this.runner.labels, s.from.tokens.length);
+          s.cached = s.from.tokens.length;
+        }
+        // Prompt tokens either way, as vLLM counts every prompt token and as the prompt is billed:
+        // taken from the generation, or run (a missed fork). A cancelled one was billed already.
         if (!s.cancelled) M.promptTokens.inc(this.runner.labels, s.from.tokens.length);
-        s.cached = s.from.tokens.length;
       }
       if (s.from.kept) this.keptPrompts!.forked(s.from.kept);
       s.from = undefined;
@@ -533,7 +537,7 @@ export class Scheduler {
   private release(s: Seq): void {
     if (s.released) return;
     s.released = true;
-    if (s.from) this.startedFromKept([s], [s.id]); // never sent: its kept generation may go
+    if (s.from) this.startedFromKept([s], undefined); // never sent: its kept generation may go
     const mine = s.scope === undefined ? undefined : this.liveByScope.get(s.scope);
     if (mine?.delete(s) && !mine.size) this.liveByScope.delete(s.scope!);
     const kp = this.keptPrompts;
@@ -755,11 +759,11 @@ export class Scheduler {
       answer = await this.runner.step(rows.map((r) => this.row(r.seq, r.n)));
       this.pace.prompt(rows.reduce((n, r) => n + r.n, 0), performance.now() - t0);
     } catch (e) {
-      this.startedFromKept(rows.map((r) => r.seq), rows.map((r) => r.seq.id));
+      this.startedFromKept(rows.map((r) => r.seq), undefined);
       throw e;
     }
     const { logits, tokens, logprobs, missed } = answer;
-    this.startedFromKept(rows.map((r) => r.seq), missed);
+    this.startedFromKept(rows.map((r) => r.seq), { missed });
     for (let b = 0; b < rows.length; b++) {
       const { seq, n } = rows[b]!;
       seq.pending.splice(0, n);
