@@ -917,7 +917,9 @@ describe('engine workers telling each other what they hold (peers.ts)', () => {
 
   it('shows none for a worker whose only reader stopped reading, while it still holds the sequence', async () => {
     // Four tokens waiting pause a sequence (the scheduler's backpressure): the worker then runs no step.
-    const paused = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, options: { pendingTokensMax: 4 } });
+    // Each step's tokens posted at once: held for TOKENS_POST_INTERVAL_MS, this small model's run
+    // could make all 40 tokens before the main thread saw the fifth and paused it.
+    const paused = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, tokensPostIntervalMs: 0, options: { pendingTokensMax: 4 } });
     try {
       const model = (paused as unknown as { models: Map<string, { runners: Array<{ init: { peers?: { live: Int32Array; index: number } } }>; schedulers: Array<{ load(): number }> }> }).models.get(CHAT)!;
       const share = model.runners[0]!.init.peers!;
