@@ -151,8 +151,8 @@ const envSchema = z.object({
   ORT_LONG_STEP_SESSION: bool.default(true),
   // A decode run's tokens are posted to the HTTP thread at most this often when its steps are
   // faster (a few steps a post; a sequence's first tokens and its end go at once): each post
-  // wakes that thread, and its SSE write the client: ~0.2-0.35 ms of CPU a post on a 2-core
-  // VM. 0 posts every step (runtime/token-posts.ts, bench/README.md "Fewer token posts").
+  // wakes that thread, and its SSE write the client: 0.25 ms of CPU or more a post on a
+  // 2-core VM. 0 posts every step (runtime/token-posts.ts, bench/README.md "Fewer token posts").
   TOKENS_POST_INTERVAL_MS: int(0, 1_000).default(TOKENS_POST_INTERVAL_MS),
   // A chat model's sequences are kept in up to four KV caches by length, and a step runs each
   // cache's rows as its own run of the graph (on the CPU): every row of a cache reads its longest

@@ -136,6 +136,7 @@ describe('scheduler', () => {
     await b.return(undefined);
     runs[2]!.end();
   });
+
   it('counts the opening of a start whose generation was gone in the worker (a missed fork, run there) as prompt tokens, as it is billed', async () => {
     ensureDefaultModels({ modelsDir, sharedModelsDir: path.join(modelsDir, 'none') });
     const text = new ModelText(path.join(modelsDir, 'random-llama'));

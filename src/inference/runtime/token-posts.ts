@@ -12,7 +12,7 @@ import type { TokenLogprob } from '../engine-api.js';
 /**
  * Steps' tokens are held at most this long (from the last post): at one stream of m25
  * about ten steps go in one post, of m110 about three. Below what a reader of a stream
- * notices (a 60 Hz frame is 16 ms). Each post costs the HTTP thread ~0.2-0.35 ms on
+ * notices (a 60 Hz frame is 16 ms). Each post costs the HTTP thread 0.25 ms or more on
  * this 2-core VM (its SSE write wakes the client), taken from the model's cores: 10 ms
  * against 3 read one stream of m25 int4 +4.6 % (9 of 10 alternated pairs) and of m110
  * int4 +4.9 % (8 of 8), where m110's 3.3 ms steps had posted one token each; 16 streams
