@@ -227,7 +227,12 @@ export function slotCacheAttention(
  * cache's scores and the new tokens' are concatenated for one Softmax and its probabilities split
  * again: a copy of the scores, which at a decode step (S = 1) is far smaller than a copy of the
  * cache's keys and values would be. A long prompt's step runs causalChunksAttention instead, in a
- * session of its own (runtime/long-steps.ts).
+ * session of its own (runtime/long-steps.ts). onnxruntime's fused kernels lost to this form in the
+ * whole graph: GroupQueryAttention over the cache in place 1.16-1.20x a step, MultiHeadAttention
+ * with the cache as its past 1.12-1.26x (its CPU kernel reads a past only when asked for the
+ * present, which it then copies every step; without it, it attends to the new tokens alone,
+ * silently), the keys times the query 1.00-1.05x (bench/README.md, thirty-ninth and fortieth
+ * sessions).
  */
 export function slotAttentionCore(
   gb: GraphBuilder,
