@@ -231,7 +231,7 @@ export function slotCacheAttention(
  * whole graph: GroupQueryAttention over the cache in place 1.16-1.20x a step, MultiHeadAttention
  * with the cache as its past 1.12-1.26x (its CPU kernel reads a past only when asked for the
  * present, which it then copies every step; without it, it attends to the new tokens alone,
- * silently), the keys times the query 1.00-1.05x (bench/README.md, thirty-ninth and fortieth
+ * silently), the keys times the query 0.96-1.05x (bench/README.md, thirty-ninth and fortieth
  * sessions).
  */
 export function slotAttentionCore(
