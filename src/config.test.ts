@@ -32,7 +32,7 @@ describe('loadConfig', () => {
     expect(loadConfig({ ORT_INTRA_OP_SPIN: 'true' }).ORT_INTRA_OP_SPIN).toBe('always');
     expect(loadConfig({ ORT_INTRA_OP_SPIN: '0' }).ORT_INTRA_OP_SPIN).toBe('off');
     expect(() => loadConfig({ ORT_INTRA_OP_SPIN: 'fast' })).toThrow(/ORT_INTRA_OP_SPIN="fast"/);
-    expect(loadConfig({}).TOKENS_POST_INTERVAL_MS).toBe(10);
+    expect(loadConfig({}).TOKENS_POST_INTERVAL_MS).toBe(16);
     expect(() => loadConfig({ TOKENS_POST_INTERVAL_MS: '-1' })).toThrow(/TOKENS_POST_INTERVAL_MS="-1"/);
   });
 

@@ -10,17 +10,18 @@ import type { TokenLogprob } from '../engine-api.js';
 // still posts every step.
 
 /**
- * Steps' tokens are held at most this long (from the last post): at one stream of m25
- * about ten steps go in one post, of m110 about three. Below what a reader of a stream
- * notices (a 60 Hz frame is 16 ms). Each post costs the HTTP thread 0.25 ms or more on
- * this 2-core VM (its SSE write wakes the client), taken from the model's cores: 10 ms
- * against 3 read one stream of m25 int4 +4.6 % (9 of 10 alternated pairs) and of m110
- * int4 +4.9 % (8 of 8), where m110's 3.3 ms steps had posted one token each; 16 streams
- * of m25 int4 +3.4 % (4 of 6); 16 ms against 10 was even (bench/README.md "Fewer token
- * posts"). vLLM's `--stream-interval` counts tokens instead; a time bound holds a slow
- * step's tokens not at all.
+ * Steps' tokens are held at most this long (from the last post): at most a post a 60 Hz
+ * display frame (16.7 ms), so a reader sees no difference; at one stream of m25 about
+ * fifteen steps go in one post, of m110 about five. Each post costs the HTTP thread
+ * 0.25 ms or more on this 2-core VM (its SSE write wakes the client), taken from the
+ * model's cores. Against 3 ms, 10 read one stream of m25 int4 +4.6 % (9 of 10 alternated
+ * pairs) and of m110 int4 +4.9 % (8 of 8; its 3.3 ms steps had posted one token each),
+ * 16 streams of m25 int4 +0.3 to +7.6 %; 16 against 10 read one stream of m25 int4
+ * +6.2 % (9 of 10), 16 streams +3.3 % (6 of 8), m110 even (0.994 twice)
+ * (bench/README.md "Fewer token posts"). vLLM's `--stream-interval` counts tokens
+ * instead; a time bound holds a slow step's tokens not at all.
  */
-export const TOKENS_POST_INTERVAL_MS = 10;
+export const TOKENS_POST_INTERVAL_MS = 16;
 /**
  * A sequence's first tokens go out with the step that made them: its time to first
  * text (a first character may need several byte tokens) is not held.
