@@ -52,6 +52,8 @@ describe.skipIf(process.platform !== 'linux')('model threads niceness (Linux)', 
   });
 
   it.skipIf(!stories)(`keeps a lone model's worker thread at the daemon's niceness where it leaves a core, and lowers its pools ${withStories}`, async () => {
+    // Written here too (up to date: a hash check), so the test does not lean on the one before it.
+    ensureDefaultModels({ modelsDir });
     const oneDir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-nice-one-'));
     fs.cpSync(path.join(modelsDir, 'stories260k'), path.join(oneDir, 'stories260k'), { recursive: true });
     const before = niceByThread();
