@@ -41,18 +41,19 @@ const PROBE_WARM_REQUESTS = 2000;
 function generators(d: { inferenceUrl: string }, key: string, n: number, model: string): { ready: Promise<void>; mark: () => void; stop: () => Promise<number> } {
   const w = new Worker(new URL(import.meta.url), { workerData: { inferenceUrl: d.inferenceUrl, key, n, model } });
   let ready!: () => void;
-  // A stream that fails (a model the daemon does not serve: 404) ends the worker; both promises
-  // reject then, so the caller's `finally` blocks stop the bare server and the daemon instead of
-  // the process dying on an unhandled rejection with them left running.
-  const isReady = new Promise<void>((r, reject) => ((ready = r), w.once('error', reject)));
+  let failed!: (e: unknown) => void;
+  const isReady = new Promise<void>((r, j) => ((ready = r), (failed = j)));
   const done = new Promise<number>((resolve, reject) => {
     w.on('message', (m: { ready: true } | { tokens: number }) => {
       if ('ready' in m) ready();
       else void w.terminate().then(() => resolve(m.tokens));
     });
-    w.once('error', reject);
+    // A stream that fails (a model the daemon does not serve: 404) ends the worker. Both promises
+    // reject, so the caller's `finally` blocks stop the bare server and the daemon; `done` is marked
+    // handled until `stop` awaits it, or its rejection alone would end the process with them running.
+    w.once('error', (e) => (failed(e), reject(e)));
   });
-  done.catch(() => undefined); // handled where `stop` is awaited; until then `isReady` reports it
+  done.catch(() => undefined);
   return { ready: isReady, mark: () => w.postMessage('mark'), stop: async () => (w.postMessage('stop'), done) };
 }
 
@@ -91,9 +92,6 @@ async function busy(): Promise<void> {
     const headers = { authorization: `Bearer ${key}` };
     const busyPath = args.get('path') ?? '/api/v1/models';
     const url = d.inferenceUrl + busyPath;
-    const listed = (await (await fetch(`${d.inferenceUrl}/v1/models`, { headers })).json()) as { data: Array<{ id: string }> };
-    const ids = listed.data.map((m) => m.id);
-    if (!ids.includes(model)) throw new Error(`--model ${model}: the daemon serves ${ids.join(', ') || 'no model'} (MODELS_DIR ${env.MODELS_DIR ?? './models'}); pass --models-dir DIR and --model ID`);
     const first = await fetch(url, { headers });
     const body = await first.text();
     const bare = await startBare(body, first.headers.get('content-type') ?? 'application/json');

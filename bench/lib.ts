@@ -237,8 +237,12 @@ export function chatStream(url: string, key: string, prompt: string, o: ChatStre
       { host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent: chatAgent, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
       (res) => {
         if (res.statusCode !== 200) {
-          res.resume();
-          return reject(new Error(`stream answered ${res.statusCode}`));
+          // The daemon's answer names the field and the rule (an unknown model, a limit): say it.
+          let answer = '';
+          res.setEncoding('utf8');
+          res.on('data', (c: string) => (answer += c));
+          res.on('end', () => reject(new Error(`stream answered ${res.statusCode}: ${answer}`)));
+          return;
         }
         let ttft = NaN;
         let tokens = 0;
