@@ -738,7 +738,10 @@ describe('engine queue', () => {
         for await (const ev of g(longPrompt, 3)) if (ev.type === 'delta' && startedAt === undefined) startedAt = longTokens;
       })();
       await Promise.all([short, queued]);
-      expect(startedAt).toBeLessThan(40);
+      // The long stream's tokens when the queued prompt's first came: 9-12 alone, 9-20 beside two
+      // busy loops, 41 once under the whole suite's load (the test's thread late to read them); the
+      // code before started it at the long stream's 72nd (e152d91).
+      expect(startedAt).toBeLessThan(56);
       await long;
     } finally {
       await small.close();
