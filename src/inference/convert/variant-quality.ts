@@ -62,3 +62,34 @@ export async function evaluationProbabilities(engine: Engine, model: string, que
 export function largestChange(a: Record<string, number>, b: Record<string, number>): number {
   return Math.max(...Object.keys(a).map((k) => Math.abs(a[k]! - b[k]!)));
 }
+
+/** Alternatives read at each forced position: enough to find the reference's token in all but flat distributions. */
+const FORCED_TOP_LOGPROBS = 20;
+
+/**
+ * Teacher-forced agreement: after BOS + `prompt` + each prefix of `reference` (f32's greedy
+ * tokens), whether the variant's most likely next token is reference's, and the probability it
+ * gives reference's token (0 when outside its top FORCED_TOP_LOGPROBS). Unlike the leading
+ * agreement, one early difference does not decide every later position: each is judged on the
+ * same text.
+ */
+export async function forcedAgreement(engine: Engine, model: string, prompt: string, reference: number[]): Promise<{ agree: number; probs: number[] }> {
+  const promptTokens = await engine.encodeText(model, prompt, true);
+  let agree = 0;
+  const probs: number[] = [];
+  for (let i = 0; i < reference.length; i++) {
+    for await (const ev of engine.generate(model, { promptTokens: [...promptTokens, ...reference.slice(0, i)], maxTokens: 1, temperature: 0, topP: 1, stop: [], topLogprobs: FORCED_TOP_LOGPROBS })) {
+      if (ev.type !== 'delta' || ev.tokenIds.length === 0) continue;
+      if (ev.tokenIds[0] === reference[i]) agree++;
+      const hit = ev.logprobs?.[0]?.top.find(([id]) => id === reference[i]);
+      probs.push(hit ? Math.exp(hit[1]) : 0);
+    }
+  }
+  return { agree, probs };
+}
+
+/** The mean absolute difference of two equally long lists (0 for empty ones). */
+export function meanChange(a: number[], b: number[]): number {
+  if (a.length !== b.length) throw new Error(`meanChange: ${a.length} values against ${b.length}`);
+  return a.length ? a.reduce((s, v, i) => s + Math.abs(v - b[i]!), 0) / a.length : 0;
+}

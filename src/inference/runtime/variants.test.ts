@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as ort from 'onnxruntime-node';
 import { findStories260k } from '../convert/default-models.js';
-import { evaluationProbabilities, greedyTokens, largestChange, leadingAgreement, writeStoriesVariants } from '../convert/variant-quality.js';
+import { evaluationProbabilities, forcedAgreement, greedyTokens, largestChange, leadingAgreement, writeStoriesVariants } from '../convert/variant-quality.js';
 import { loadConfig } from '../../config.js';
 import { Engine, type EngineConfig } from './engine.js';
 import { PREFILL_STEP_TOKENS_MIN } from './session-choice.js';
@@ -57,16 +57,24 @@ describe.skipIf(!stories)('stories260K as f32, int8 and int4 in one folder', () 
   });
 
   it('MODEL_DTYPE serves each variant: greedy text and evaluation answers stay near f32 (measured: models/README.md)', async () => {
+    let reference: number[] | undefined; // f32's greedy tokens after "Once upon a time", for the forced measure
     const run = (dtype?: 'int8' | 'q4') =>
-      withEngine({ ...base, modelsDir: dir, dtype }, async (e) => ({
-        once: await greedyTokens(e, 's/chat', 'Once upon a time'),
-        dog: await greedyTokens(e, 's/chat', 'The dog'),
-        probs: await evaluationProbabilities(e, 's/evaluation'),
-      }));
+      withEngine({ ...base, modelsDir: dir, dtype }, async (e) => {
+        const once = await greedyTokens(e, 's/chat', 'Once upon a time');
+        reference ??= once;
+        return { once, forced: await forcedAgreement(e, 's/chat', 'Once upon a time', reference), dog: await greedyTokens(e, 's/chat', 'The dog'), probs: await evaluationProbabilities(e, 's/evaluation') };
+      });
     const f32 = await run();
     const int8 = await run('int8');
     const int4 = await run('q4');
     expect(f32.once).toHaveLength(40);
+    // Each forced position is f32's own next token, at the probability its greedy run had it most likely.
+    expect(f32.forced.agree).toBe(40);
+    expect(Math.min(...f32.forced.probs)).toBeGreaterThan(0);
+    // measured 40/40 and 34/40 (the leading counts 40 and 23: after int4's first difference the rest is judged on f32's text)
+    expect(int8.forced.agree).toBeGreaterThanOrEqual(36);
+    expect(int4.forced.agree).toBeGreaterThanOrEqual(30);
+    expect(int4.forced.agree).toBeGreaterThan(leadingAgreement(int4.once, f32.once));
     // measured 40/40 and 23/40; int4 leaves f32's text on "The dog" at the third token (so it really is served)
     expect(leadingAgreement(int8.once, f32.once)).toBeGreaterThanOrEqual(30);
     expect(leadingAgreement(int4.once, f32.once)).toBeGreaterThanOrEqual(10);
