@@ -18,7 +18,7 @@ import { weightTypeHere } from '../src/inference/runtime/integer-products.js';
 // that graph's rounding can change.
 // The teacher-forced columns judge every one of f32's first 40 greedy tokens after 16 prompts on
 // the same text (forcedAgreement): one early difference does not decide the rest, as it does
-// in the leading counts, so two variants' figures compare at a few hundredths.
+// in the leading counts.
 // Usage: node dist/bench/quantization.js     (needs ../shared/models/stories260K)
 
 const PROMPTS = ['The dog', 'Once upon a time', 'Lily and Tom went to the park'];

@@ -69,21 +69,28 @@ const FORCED_TOP_LOGPROBS = 20;
 /**
  * Teacher-forced agreement: after BOS + `prompt` + each prefix of `reference` (f32's greedy
  * tokens), whether the variant's most likely next token is reference's, and the probability it
- * gives reference's token (0 when outside its top FORCED_TOP_LOGPROBS). Unlike the leading
- * agreement, one early difference does not decide every later position: each is judged on the
- * same text.
+ * gives reference's token: one entry per position. That probability is a lower bound: 0 when
+ * the token is outside the variant's top FORCED_TOP_LOGPROBS, or when the variant's most likely
+ * token ends the text (the engine reports no token then). Unlike the leading agreement, one
+ * early difference does not decide every later position: each is judged on the same text.
  */
 export async function forcedAgreement(engine: Engine, model: string, prompt: string, reference: number[]): Promise<{ agree: number; probs: number[] }> {
   const promptTokens = await engine.encodeText(model, prompt, true);
   let agree = 0;
   const probs: number[] = [];
   for (let i = 0; i < reference.length; i++) {
+    let prob = 0;
     for await (const ev of engine.generate(model, { promptTokens: [...promptTokens, ...reference.slice(0, i)], maxTokens: 1, temperature: 0, topP: 1, stop: [], topLogprobs: FORCED_TOP_LOGPROBS })) {
-      if (ev.type !== 'delta' || ev.tokenIds.length === 0) continue;
+      if (ev.type === 'done') {
+        if (ev.finishReason === 'failed' || ev.finishReason === 'cancelled') throw new Error(`forcedAgreement: ${model} ${ev.finishReason} at position ${i} of ${JSON.stringify(prompt)}: ${ev.failure?.message ?? 'no failure given'}`);
+        continue;
+      }
+      if (ev.tokenIds.length === 0) continue;
       if (ev.tokenIds[0] === reference[i]) agree++;
       const hit = ev.logprobs?.[0]?.top.find(([id]) => id === reference[i]);
-      probs.push(hit ? Math.exp(hit[1]) : 0);
+      if (hit) prob = Math.exp(hit[1]);
     }
+    probs.push(prob);
   }
   return { agree, probs };
 }
