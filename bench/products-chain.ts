@@ -1,6 +1,7 @@
 import ort from 'onnxruntime-node';
 import { GraphBuilder } from '../src/inference/convert/onnx-graph.js';
 import { linear } from '../src/inference/convert/onnx-linear.js';
+import { isQuantBlock, QUANT_BLOCK_SIZES } from '../src/inference/convert/quantize.js';
 import { spinningSessionConfig } from '../src/inference/runtime/spin.js';
 import { benchArgs, fmt, machine, median, wholeFlag, wholeListFlag } from './lib.js';
 
@@ -24,6 +25,8 @@ const LAYER_COUNTS = args.has('layers') ? wholeListFlag(args, 'layers', 4, 1) : 
 const THREADS = args.has('threads') ? wholeListFlag(args, 'threads', 1, 1) : [1, 2];
 const BLOCKS = args.has('blocks') ? wholeListFlag(args, 'blocks', 32, 16) : [32, 64, 128];
 const ROUNDS = wholeFlag(args, 'rounds', 4, 1);
+// Checked before any session is built: a block MatMulNBits does not take stopped the run after the others had loaded.
+for (const b of BLOCKS) if (!isQuantBlock(b)) throw new Error(`--blocks: each one of ${QUANT_BLOCK_SIZES.join(', ')}, got '${args.get('blocks')}'`);
 /** Runs timed a round per case: enough for a median at a few milliseconds a run. */
 const RUNS_PER_ROUND = 150;
 /** Untimed runs before a round: the first runs after another case's find its weights out of the caches. */
@@ -41,8 +44,8 @@ function chain(layers: number, block: number): { model: Uint8Array; weights: num
     seed++;
     return Float32Array.from({ length: k * n }, (_, i) => Math.sin(i * 0.7 + seed * 1.3) * 0.02);
   };
-  // The next product's input: the first `n` of the previous one's outputs (its K), as the split does in the graph.
-  const first = (t: string, n: number) => gb.op1('Slice', [t, gb.i64([0]), gb.i64([n]), gb.i64([1])]);
+  // The next product's input: the first `n` of the previous one's outputs (its K) on axis 1, as the split does in the graph.
+  const first = (t: string, n: number) => gb.op1('Slice', [t, gb.i64([0]), gb.i64([n]), gb.i64([1]) /* axes */]);
   const opts = { format: 'int4' as const, block };
   let weights = 0;
   const product = (inp: string, name: string, k: number, n: number) => {

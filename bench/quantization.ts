@@ -54,17 +54,19 @@ async function main() {
       }
     }
     const results = new Map<string, Quality>();
-    let references: number[][] | undefined; // f32's greedy tokens after each forced prompt (f32 runs first)
+    let references: number[][] | undefined; // f32's greedy tokens after each forced prompt
     const runs = [...WEIGHT_FORMATS.map((f) => ({ name: f as string, f, modelsDir: dir })), ...(['int8', 'int4'] as const).map((f) => ({ name: `${f}, every step on int8 products`, f, modelsDir: int8Dir }))];
     for (const { name, f, modelsDir } of runs) {
       const e = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 1, dtype: FORMAT_DTYPE[f], prefillSession: false });
       try {
         const tokens = [];
         for (const p of PROMPTS) tokens.push(await greedyTokens(e, 'q/chat', p));
-        if (!references) {
+        if (name === 'f32') {
           references = [];
           for (const p of FORCED_PROMPTS) references.push(await greedyTokens(e, 'q/chat', p));
         }
+        // Every variant is judged on f32's text, so f32 must have run before it.
+        if (!references) throw new Error(`quantization: ${name} ran before f32, whose tokens it is judged on`);
         let forcedAgree = 0;
         const forcedProbs: number[] = [];
         for (const [i, p] of FORCED_PROMPTS.entries()) {
