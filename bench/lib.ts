@@ -320,7 +320,7 @@ export function sumAndCount(text: string, name: string): { sum: number; count: n
 }
 
 /** Linux's clock ticks a second, the unit of /proc/<pid>/task/<tid>/stat's CPU times. */
-const PROC_CLOCK_TICKS_PER_S = 100;
+export const PROC_CLOCK_TICKS_PER_S = 100;
 
 /** CPU time (user + system) of one of a process's threads so far, in ms, from /proc (Linux); NaN elsewhere. */
 export function threadCpuMs(pid: number, tid: number): number {

@@ -1,0 +1,134 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
+import { benchArgs, benchKey, fmt, machine, PROC_CLOCK_TICKS_PER_S, secondsFlag, streamPhase, threadCpuMs, wholeFlag } from './lib.js';
+
+// Where a machine's CPU goes while the daemon streams: each daemon thread's CPU time (/proc), the
+// benchmark's own (the local client's), and the rest of the machine's (the embedded PostgreSQL,
+// anything else), over an idle window and then over a phase of N streams. On a machine whose cores
+// the model's threads fill, every millisecond another thread runs is taken from them, so this is
+// where a one-stream token's time outside the graph's step can be looked for.
+// Linux only (/proc). Figures are whole phases, not a timed unit; bench/README.md records them.
+// Usage: node dist/bench/daemon-threads.js --model peer/m110 --models-dir /tmp/k14/m110-int4
+//   [--streams 1] [--seconds 5] [--max-tokens 64] [--idle-seconds 5]
+
+const args = benchArgs();
+const model = args.get('model') ?? 'cloudgate/stories260k';
+const streams = wholeFlag(args, 'streams', 1, 1);
+const seconds = secondsFlag(args, 'seconds', 5, 1);
+const idleSeconds = secondsFlag(args, 'idle-seconds', 5, 0.5);
+const maxTokens = wholeFlag(args, 'max-tokens', 64, 1);
+
+/** Every thread's CPU ms of process `pid`, by thread id. */
+function threadsCpu(pid: number): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const t of fs.readdirSync(`/proc/${pid}/task`).map(Number)) {
+    const ms = threadCpuMs(pid, t);
+    if (Number.isFinite(ms)) out.set(t, ms);
+  }
+  return out;
+}
+
+/** The whole machine's busy CPU ms (every core: /proc/stat's first line, less idle and iowait), and of it the interrupts' (irq, softirq: a loopback socket's receive work runs there, counted to no process). */
+function machineBusyMs(): { busy: number; irq: number } {
+  const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+  const ms = (ticks: number) => (ticks * 1000) / PROC_CLOCK_TICKS_PER_S;
+  return { busy: ms(f.reduce((a, b) => a + b, 0) - f[3]! - f[4]!), irq: ms(f[5]! + f[6]!) };
+}
+
+/** Every other process's CPU ms (all its threads), by pid (a kernel worker's name changes with its work), and its name now. */
+const processNames = new Map<string, string>();
+function processesCpu(except: number[]): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const p of fs.readdirSync('/proc').filter((x) => /^\d+$/.test(x) && !except.includes(Number(x)))) {
+    try {
+      const stat = fs.readFileSync(`/proc/${p}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      processNames.set(p, stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')));
+      out.set(p, ((Number(f[11]) + Number(f[12])) * 1000) / PROC_CLOCK_TICKS_PER_S);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
+}
+
+const selfCpuMs = () => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+};
+
+interface Window {
+  wallMs: number;
+  threads: Map<number, number>;
+  self: number;
+  machine: number;
+  irq: number;
+  others: Map<string, number>;
+}
+
+// A thread or process that began within the window counts from 0: all its time is the window's.
+const delta = <K>(a: Map<K, number>, b: Map<K, number>) => new Map([...b].map(([k, ms]) => [k, ms - (a.get(k) ?? 0)]));
+
+async function measure(pid: number, during: () => Promise<void>): Promise<Window> {
+  const except = [pid, process.pid];
+  const [t0, s0, m0, p0, w0] = [threadsCpu(pid), selfCpuMs(), machineBusyMs(), processesCpu(except), performance.now()];
+  await during();
+  const [t1, s1, m1, p1, w1] = [threadsCpu(pid), selfCpuMs(), machineBusyMs(), processesCpu(except), performance.now()];
+  return { wallMs: w1 - w0, threads: delta(t0, t1), self: s1 - s0, machine: m1.busy - m0.busy, irq: m1.irq - m0.irq, others: delta(p0, p1) };
+}
+
+async function main() {
+  if (process.platform !== 'linux') throw new Error('daemon-threads reads /proc: Linux only');
+  const modelsDir = path.resolve(args.get('models-dir') ?? path.join(repoRoot, 'models'));
+  const d = await startDaemon({ RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', MODELS_DIR: modelsDir });
+  try {
+    const key = await benchKey(d, ['inference:use'], 1_000_000_000);
+    const url = `${d.inferenceUrl}/api/v1/chat/completions`;
+    const o = { model, maxTokens, firstToken: true };
+    await streamPhase(url, key, streams, 2, o); // warm-up: the sessions' choices settle
+    const idle = await measure(d.pid, () => new Promise((r) => setTimeout(r, idleSeconds * 1000)));
+    let tokens = 0;
+    const busy = await measure(d.pid, async () => {
+      tokens = (await streamPhase(url, key, streams, seconds, o)).tokens;
+    });
+    const cores = os.availableParallelism();
+    console.log(`machine: ${machine()}\nmodel: ${model}, ${streams} stream(s) of ${maxTokens} tokens for ${fmt(busy.wallMs / 1000, 1)} s (${tokens} tokens, ${fmt((tokens * 1000) / busy.wallMs)} tokens/s); ${cores} cores = ${fmt(cores * busy.wallMs)} CPU ms`);
+    console.log('CPU ms over the idle window and over the phase; share of one core over the phase; us a token (the phase less the idle rate)');
+    console.log('| thread | idle | phase | of one core | us a token |');
+    console.log('| --- | --- | --- | --- | --- |');
+    const row = (name: string, idleMs: number, busyMs: number) => {
+      const extra = busyMs - (idleMs * busy.wallMs) / idle.wallMs;
+      console.log(`| ${name} | ${fmt(idleMs)} | ${fmt(busyMs)} | ${fmt(busyMs / busy.wallMs, 2)} | ${fmt((extra * 1000) / tokens)} |`);
+    };
+    // The daemon's threads by CPU in the phase; those under 1 % of a core together.
+    const ranked = [...busy.threads].sort((a, b) => b[1] - a[1]);
+    let restIdle = 0;
+    let restBusy = 0;
+    for (const [t, ms] of ranked) {
+      if (t !== d.pid && ms < busy.wallMs * 0.01) {
+        restIdle += idle.threads.get(t) ?? 0;
+        restBusy += ms;
+        continue;
+      }
+      row(t === d.pid ? `daemon ${t} (HTTP thread)` : `daemon ${t}`, idle.threads.get(t) ?? 0, ms);
+    }
+    row('daemon, its other threads', restIdle, restBusy);
+    row('this benchmark (the client)', idle.self, busy.self);
+    // The other processes that took at least 1 % of a core in the phase, then interrupts, then what is left.
+    for (const [name, ms] of [...busy.others].sort((a, b) => b[1] - a[1]).filter(([, ms]) => ms >= busy.wallMs * 0.01)) row(`process ${name} ${processNames.get(name)}`, idle.others.get(name) ?? 0, ms);
+    row('interrupts (irq, softirq)', idle.irq, busy.irq);
+    const named = (w: Window, at1: (ms: number) => boolean) =>
+      [...w.threads.values()].reduce((a, b) => a + b, 0) + w.self + w.irq + [...w.others].filter(([n]) => at1(busy.others.get(n) ?? 0)).reduce((a, [, ms]) => a + ms, 0);
+    const listed = (ms: number) => ms >= busy.wallMs * 0.01;
+    row('the rest of the machine', Math.max(0, idle.machine - named(idle, listed)), Math.max(0, busy.machine - named(busy, listed)));
+  } finally {
+    await stopDaemon(d);
+  }
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
