@@ -2,11 +2,12 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchArgs, benchKey, fmt, machine, PROC_CLOCK_TICKS_PER_S, secondsFlag, streamPhase, threadCpuMs, wholeFlag } from './lib.js';
+import { benchArgs, benchKey, fmt, machine, PROC_CLOCK_TICKS_PER_S, secondsFlag, statCpuMs, streamPhase, threadCpuMs, wholeFlag } from './lib.js';
 
 // Where a machine's CPU goes while the daemon streams: each daemon thread's CPU time (/proc), the
-// benchmark's own (the local client's), and the rest of the machine's (the embedded PostgreSQL,
-// anything else), over an idle window and then over a phase of N streams. On a machine whose cores
+// benchmark's own (the local client's), other processes (the embedded PostgreSQL's, kernel
+// workers), interrupts, the rest, and the time the hypervisor took from this guest's vCPUs (steal),
+// over an idle window and then over a phase of N streams. On a machine whose cores
 // the model's threads fill, every millisecond another thread runs is taken from them, so this is
 // where a one-stream token's time outside the graph's step can be looked for.
 // Linux only (/proc). Figures are whole phases, not a timed unit; bench/README.md records them.
@@ -19,6 +20,8 @@ const streams = wholeFlag(args, 'streams', 1, 1);
 const seconds = secondsFlag(args, 'seconds', 5, 1);
 const idleSeconds = secondsFlag(args, 'idle-seconds', 5, 0.5);
 const maxTokens = wholeFlag(args, 'max-tokens', 64, 1);
+/** A thread or process below this share of one core in the phase is not a row of its own: dozens of near-idle ones would hide the few that matter. */
+const ROW_SHARE_OF_CORE_MIN = 0.01;
 
 /** Every thread's CPU ms of process `pid`, by thread id. */
 function threadsCpu(pid: number): Map<number, number> {
@@ -30,25 +33,30 @@ function threadsCpu(pid: number): Map<number, number> {
   return out;
 }
 
-/** The whole machine's busy CPU ms (every core: /proc/stat's first line, less idle and iowait), and of it the interrupts' (irq, softirq: a loopback socket's receive work runs there, counted to no process). */
-function machineBusyMs(): { busy: number; irq: number } {
-  const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+/**
+ * The whole machine's CPU ms over every core, from /proc/stat's first line: busy (user, nice,
+ * system, irq, softirq; guest time is already in user), of it the interrupts' (a loopback socket's
+ * receive work runs there; where the kernel accounts it apart, no process is charged it), and steal (time the hypervisor gave a vCPU of
+ * this guest to something else while it wanted to run).
+ */
+function machineCpuMs(): { busy: number; irq: number; steal: number } {
+  const [user, nice, system, , , irq, softirq, steal] = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number) as number[];
   const ms = (ticks: number) => (ticks * 1000) / PROC_CLOCK_TICKS_PER_S;
-  return { busy: ms(f.reduce((a, b) => a + b, 0) - f[3]! - f[4]!), irq: ms(f[5]! + f[6]!) };
+  return { busy: ms(user! + nice! + system! + irq! + softirq!), irq: ms(irq! + softirq!), steal: ms(steal ?? 0) };
 }
 
-/** Every other process's CPU ms (all its threads), by pid (a kernel worker's name changes with its work), and its name now. */
+/** Every other process's CPU ms (all its threads), by pid (a kernel worker's name changes with its work); `processNames` keeps each one's latest name. */
 const processNames = new Map<string, string>();
 function processesCpu(except: number[]): Map<string, number> {
   const out = new Map<string, number>();
   for (const p of fs.readdirSync('/proc').filter((x) => /^\d+$/.test(x) && !except.includes(Number(x)))) {
+    const ms = statCpuMs(`/proc/${p}/stat`);
+    if (!Number.isFinite(ms)) continue; // gone meanwhile
+    out.set(p, ms);
     try {
-      const stat = fs.readFileSync(`/proc/${p}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      processNames.set(p, stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')));
-      out.set(p, ((Number(f[11]) + Number(f[12])) * 1000) / PROC_CLOCK_TICKS_PER_S);
+      processNames.set(p, fs.readFileSync(`/proc/${p}/comm`, 'utf8').trim());
     } catch {
-      // gone meanwhile
+      // gone meanwhile: the name read before stays
     }
   }
   return out;
@@ -65,6 +73,7 @@ interface Window {
   self: number;
   machine: number;
   irq: number;
+  steal: number;
   others: Map<string, number>;
 }
 
@@ -73,10 +82,10 @@ const delta = <K>(a: Map<K, number>, b: Map<K, number>) => new Map([...b].map(([
 
 async function measure(pid: number, during: () => Promise<void>): Promise<Window> {
   const except = [pid, process.pid];
-  const [t0, s0, m0, p0, w0] = [threadsCpu(pid), selfCpuMs(), machineBusyMs(), processesCpu(except), performance.now()];
+  const [t0, s0, m0, p0, w0] = [threadsCpu(pid), selfCpuMs(), machineCpuMs(), processesCpu(except), performance.now()];
   await during();
-  const [t1, s1, m1, p1, w1] = [threadsCpu(pid), selfCpuMs(), machineBusyMs(), processesCpu(except), performance.now()];
-  return { wallMs: w1 - w0, threads: delta(t0, t1), self: s1 - s0, machine: m1.busy - m0.busy, irq: m1.irq - m0.irq, others: delta(p0, p1) };
+  const [t1, s1, m1, p1, w1] = [threadsCpu(pid), selfCpuMs(), machineCpuMs(), processesCpu(except), performance.now()];
+  return { wallMs: w1 - w0, threads: delta(t0, t1), self: s1 - s0, machine: m1.busy - m0.busy, irq: m1.irq - m0.irq, steal: m1.steal - m0.steal, others: delta(p0, p1) };
 }
 
 async function main() {
@@ -102,12 +111,13 @@ async function main() {
       const extra = busyMs - (idleMs * busy.wallMs) / idle.wallMs;
       console.log(`| ${name} | ${fmt(idleMs)} | ${fmt(busyMs)} | ${fmt(busyMs / busy.wallMs, 2)} | ${fmt((extra * 1000) / tokens)} |`);
     };
-    // The daemon's threads by CPU in the phase; those under 1 % of a core together.
+    const listed = (ms: number) => ms >= busy.wallMs * ROW_SHARE_OF_CORE_MIN;
+    // The daemon's threads by CPU in the phase; those below the row share together.
     const ranked = [...busy.threads].sort((a, b) => b[1] - a[1]);
     let restIdle = 0;
     let restBusy = 0;
     for (const [t, ms] of ranked) {
-      if (t !== d.pid && ms < busy.wallMs * 0.01) {
+      if (t !== d.pid && !listed(ms)) {
         restIdle += idle.threads.get(t) ?? 0;
         restBusy += ms;
         continue;
@@ -116,13 +126,13 @@ async function main() {
     }
     row('daemon, its other threads', restIdle, restBusy);
     row('this benchmark (the client)', idle.self, busy.self);
-    // The other processes that took at least 1 % of a core in the phase, then interrupts, then what is left.
-    for (const [name, ms] of [...busy.others].sort((a, b) => b[1] - a[1]).filter(([, ms]) => ms >= busy.wallMs * 0.01)) row(`process ${name} ${processNames.get(name)}`, idle.others.get(name) ?? 0, ms);
+    // The other processes at the row share in the phase, then interrupts, then what is left.
+    const others = [...busy.others].filter(([, ms]) => listed(ms)).sort((a, b) => b[1] - a[1]);
+    for (const [pid, ms] of others) row(`process ${pid} ${processNames.get(pid)}`, idle.others.get(pid) ?? 0, ms);
     row('interrupts (irq, softirq)', idle.irq, busy.irq);
-    const named = (w: Window, at1: (ms: number) => boolean) =>
-      [...w.threads.values()].reduce((a, b) => a + b, 0) + w.self + w.irq + [...w.others].filter(([n]) => at1(busy.others.get(n) ?? 0)).reduce((a, [, ms]) => a + ms, 0);
-    const listed = (ms: number) => ms >= busy.wallMs * 0.01;
-    row('the rest of the machine', Math.max(0, idle.machine - named(idle, listed)), Math.max(0, busy.machine - named(busy, listed)));
+    const rowsMs = (w: Window) => [...w.threads.values()].reduce((a, b) => a + b, 0) + w.self + w.irq + others.reduce((a, [pid]) => a + (w.others.get(pid) ?? 0), 0);
+    row('the rest of the machine', Math.max(0, idle.machine - rowsMs(idle)), Math.max(0, busy.machine - rowsMs(busy)));
+    row('stolen by the hypervisor (steal)', idle.steal, busy.steal);
   } finally {
     await stopDaemon(d);
   }

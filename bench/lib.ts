@@ -324,8 +324,13 @@ export const PROC_CLOCK_TICKS_PER_S = 100;
 
 /** CPU time (user + system) of one of a process's threads so far, in ms, from /proc (Linux); NaN elsewhere. */
 export function threadCpuMs(pid: number, tid: number): number {
+  return statCpuMs(`/proc/${pid}/task/${tid}/stat`);
+}
+
+/** The CPU ms (user and system) a /proc stat file says, of a thread or of a whole process (`/proc/<pid>/stat`); NaN where it is not there. */
+export function statCpuMs(file: string): number {
   try {
-    const stat = fs.readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+    const stat = fs.readFileSync(file, 'utf8');
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     // utime and stime: the 14th and 15th fields of stat, the 12th and 13th after the name
     return ((Number(fields[11]) + Number(fields[12])) * 1000) / PROC_CLOCK_TICKS_PER_S;
