@@ -1,8 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
-import { repoRoot, startDaemon, stopDaemon } from '../test/daemon.js';
-import { benchArgs, benchKey, fmt, machine, PROC_CLOCK_TICKS_PER_S, secondsFlag, statCpuMs, streamPhase, threadCpuMs, wholeFlag } from './lib.js';
+import { startDaemon, stopDaemon } from '../test/daemon.js';
+import { benchArgs, benchKey, chatBenchEnv, fmt, machine, PROC_CLOCK_TICKS_PER_S, secondsFlag, statCpuMs, streamPhase, threadCpuMs, wholeFlag } from './lib.js';
 
 // Where a machine's CPU goes while the daemon streams: each daemon thread's CPU time (/proc), the
 // benchmark's own (the local client's), other processes (the embedded PostgreSQL's, kernel
@@ -35,9 +34,10 @@ function threadsCpu(pid: number): Map<number, number> {
 
 /**
  * The whole machine's CPU ms over every core, from /proc/stat's first line: busy (user, nice,
- * system, irq, softirq; guest time is already in user), of it the interrupts' (a loopback socket's
- * receive work runs there; where the kernel accounts it apart, no process is charged it), and steal (time the hypervisor gave a vCPU of
- * this guest to something else while it wanted to run).
+ * system, irq, softirq; guest time is already in user), of it the interrupts' (a loopback
+ * socket's receive work runs there; where the kernel accounts it apart, no process is charged
+ * it), and steal (time the hypervisor gave a vCPU of this guest to something else while it
+ * wanted to run).
  */
 function machineCpuMs(): { busy: number; irq: number; steal: number } {
   const [user, nice, system, , , irq, softirq, steal] = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number) as number[];
@@ -90,8 +90,7 @@ async function measure(pid: number, during: () => Promise<void>): Promise<Window
 
 async function main() {
   if (process.platform !== 'linux') throw new Error('daemon-threads reads /proc: Linux only');
-  const modelsDir = path.resolve(args.get('models-dir') ?? path.join(repoRoot, 'models'));
-  const d = await startDaemon({ RATE_LIMIT_RPM: '0', RATE_LIMIT_TPM: '0', MODELS_DIR: modelsDir });
+  const d = await startDaemon(chatBenchEnv(args));
   try {
     const key = await benchKey(d, ['inference:use'], 1_000_000_000);
     const url = `${d.inferenceUrl}/api/v1/chat/completions`;
@@ -102,6 +101,7 @@ async function main() {
     const busy = await measure(d.pid, async () => {
       tokens = (await streamPhase(url, key, streams, seconds, o)).tokens;
     });
+    if (tokens === 0) throw new Error(`no token came in the ${seconds} s phase: nothing a token to report (raise --seconds, or lower --max-tokens)`);
     const cores = os.availableParallelism();
     console.log(`machine: ${machine()}\nmodel: ${model}, ${streams} stream(s) of ${maxTokens} tokens for ${fmt(busy.wallMs / 1000, 1)} s (${tokens} tokens, ${fmt((tokens * 1000) / busy.wallMs)} tokens/s); ${cores} cores = ${fmt(cores * busy.wallMs)} CPU ms`);
     console.log('CPU ms over the idle window and over the phase; share of one core over the phase; us a token (the phase less the idle rate)');
