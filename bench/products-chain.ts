@@ -1,6 +1,6 @@
 import ort from 'onnxruntime-node';
 import { GraphBuilder } from '../src/inference/convert/onnx-graph.js';
-import { linear } from '../src/inference/convert/onnx-linear.js';
+import { linear, MATMUL_NBITS_ACCURACY_LEVEL } from '../src/inference/convert/onnx-linear.js';
 import { isQuantBlock, QUANT_BLOCK_SIZES } from '../src/inference/convert/quantize.js';
 import { spinningSessionConfig } from '../src/inference/runtime/spin.js';
 import { benchArgs, fmt, machine, median, wholeFlag, wholeListFlag } from './lib.js';
@@ -14,9 +14,14 @@ import { benchArgs, fmt, machine, median, wholeFlag, wholeListFlag } from './lib
 // forty-fourth session). Fewer layers (--layers 4) fit the cache: the time a layer at each count
 // says which bound a step is under.
 // Usage: node dist/bench/products-chain.js [--dim 768] [--hidden 2048] [--layers 4,12]
-//   [--threads 1,2] [--blocks 32,64,128] [--rounds 4]
+//   [--threads 1,2] [--blocks 32,64,128] [--accuracy 4] [--rounds 4]
+// (--accuracy: MatMulNBits' accuracy_level, a list: 4 multiplies int8 activations, the converter's;
+// 0 multiplies in float32 and reads fewer bytes a weight, which a memory-bound guest may prefer)
 // (m110's shape by default; m25's is --dim 512 --hidden 1376 --layers 8). Two threads run as the
 // daemon's decode session does (spinning while a run lasts and 1 ms after, runtime/spin.ts).
+
+/** The accuracy_level whose prepacked B carries a block sum (MLAS's int8-activation kernels). */
+const INT8_ACTIVATIONS_LEVEL = 4;
 
 const args = benchArgs();
 const D = wholeFlag(args, 'dim', 768, 32);
@@ -25,6 +30,8 @@ const LAYER_COUNTS = args.has('layers') ? wholeListFlag(args, 'layers', 4, 1) : 
 const THREADS = args.has('threads') ? wholeListFlag(args, 'threads', 1, 1) : [1, 2];
 const BLOCKS = args.has('blocks') ? wholeListFlag(args, 'blocks', 32, 16) : [32, 64, 128];
 const ROUNDS = wholeFlag(args, 'rounds', 4, 1);
+const LEVELS = args.has('accuracy') ? wholeListFlag(args, 'accuracy', MATMUL_NBITS_ACCURACY_LEVEL, 0) : [MATMUL_NBITS_ACCURACY_LEVEL];
+for (const l of LEVELS) if (l !== 0 && l !== INT8_ACTIVATIONS_LEVEL) throw new Error(`--accuracy: each 0 (float32) or ${INT8_ACTIVATIONS_LEVEL} (int8 activations), got '${args.get('accuracy')}'`);
 // Checked before any session is built: a block MatMulNBits does not take stopped the run after the others had loaded.
 for (const b of BLOCKS) if (!isQuantBlock(b)) throw new Error(`--blocks: each one of ${QUANT_BLOCK_SIZES.join(', ')}, got '${args.get('blocks')}'`);
 /** Runs timed a round per case: enough for a median at a few milliseconds a run. */
@@ -32,10 +39,14 @@ const RUNS_PER_ROUND = 150;
 /** Untimed runs before a round: the first runs after another case's find its weights out of the caches. */
 const WARM_RUNS = 10;
 
-/** Bytes MatMulNBits reads a weight at one row in its int8-activation layout: 4 bits, and a float32 scale and a float32 block sum a block (MLAS's prepacked B). */
-const bytesPerWeight = (block: number) => 0.5 + 8 / block;
+/**
+ * Bytes MatMulNBits reads a weight at one row: 4 bits and a float32 scale a block, and in the
+ * int8-activation layout a float32 block sum a block too (MLAS's prepacked B); the float32 one
+ * packs the 4 bits alone and reads the scales from the graph's own tensor.
+ */
+const bytesPerWeight = (block: number, level: number) => 0.5 + (level === INT8_ACTIVATIONS_LEVEL ? 8 : 4) / block;
 
-function chain(layers: number, block: number): { model: Uint8Array; weights: number } {
+function chain(layers: number, block: number, accuracyLevel: number): { model: Uint8Array; weights: number } {
   const gb = new GraphBuilder();
   let x = gb.input('x', 'float32', [1, D]);
   let seed = 0;
@@ -46,7 +57,7 @@ function chain(layers: number, block: number): { model: Uint8Array; weights: num
   };
   // The next product's input: the first `n` of the previous one's outputs (its K) on axis 1, as the split does in the graph.
   const first = (t: string, n: number) => gb.op1('Slice', [t, gb.i64([0]), gb.i64([n]), gb.i64([1]) /* axes */]);
-  const opts = { format: 'int4' as const, block };
+  const opts = { format: 'int4' as const, block, accuracyLevel };
   let weights = 0;
   const product = (inp: string, name: string, k: number, n: number) => {
     weights += k * n;
@@ -63,11 +74,11 @@ function chain(layers: number, block: number): { model: Uint8Array; weights: num
 }
 
 async function main() {
-  console.log(`machine: ${machine()}\nint4 products of ${D} x ${HIDDEN} layers at one row, accuracy_level 4; ms a run, the median of ${ROUNDS} alternated rounds`);
-  const cases: Array<{ layers: number; threads: number; block: number; s: ort.InferenceSession; weights: number; ms: number[] }> = [];
+  console.log(`machine: ${machine()}\nint4 products of ${D} x ${HIDDEN} layers at one row; ms a run, the median of ${ROUNDS} alternated rounds`);
+  const cases: Array<{ layers: number; threads: number; block: number; level: number; s: ort.InferenceSession; weights: number; ms: number[] }> = [];
   for (const layers of LAYER_COUNTS) {
-    for (const block of BLOCKS) {
-      const { model, weights } = chain(layers, block);
+    for (const block of BLOCKS) for (const level of LEVELS) {
+      const { model, weights } = chain(layers, block, level);
       for (const threads of THREADS) {
         const s = await ort.InferenceSession.create(model, {
           graphOptimizationLevel: 'all',
@@ -75,7 +86,7 @@ async function main() {
           interOpNumThreads: 1,
           ...(threads > 1 ? { extra: { session: spinningSessionConfig('decode') } } : {}),
         });
-        cases.push({ layers, threads, block, s, weights, ms: [] });
+        cases.push({ layers, threads, block, level, s, weights, ms: [] });
       }
     }
   }
@@ -92,12 +103,12 @@ async function main() {
       c.ms.push(median(ts));
     }
   }
-  console.log('| layers | block | threads | MB read a run | ms a run | ms a layer | GB/s |');
-  console.log('| --- | --- | --- | --- | --- | --- | --- |');
+  console.log('| layers | block | accuracy_level | threads | MB read a run | ms a run | ms a layer | GB/s |');
+  console.log('| --- | --- | --- | --- | --- | --- | --- | --- |');
   for (const c of cases) {
     const ms = median(c.ms);
-    const mb = (c.weights * bytesPerWeight(c.block)) / 1e6;
-    console.log(`| ${c.layers} | ${c.block} | ${c.threads} | ${fmt(mb, 1)} | ${fmt(ms, 3)} | ${fmt(ms / c.layers, 3)} | ${fmt(mb / ms, 1)} |`);
+    const mb = (c.weights * bytesPerWeight(c.block, c.level)) / 1e6;
+    console.log(`| ${c.layers} | ${c.block} | ${c.level} | ${c.threads} | ${fmt(mb, 1)} | ${fmt(ms, 3)} | ${fmt(ms / c.layers, 3)} | ${fmt(mb / ms, 1)} |`);
     await c.s.release();
   }
 }
