@@ -2,6 +2,7 @@ import ort from 'onnxruntime-node';
 import { GraphBuilder } from '../src/inference/convert/onnx-graph.js';
 import { linear, MATMUL_NBITS_ACCURACY_LEVEL } from '../src/inference/convert/onnx-linear.js';
 import { isQuantBlock, QUANT_BLOCK_SIZES } from '../src/inference/convert/quantize.js';
+import { FLOAT32_ACCURACY_LEVEL } from '../src/inference/runtime/prefill-graph.js';
 import { spinningSessionConfig } from '../src/inference/runtime/spin.js';
 import { benchArgs, fmt, machine, median, wholeFlag, wholeListFlag } from './lib.js';
 
@@ -20,9 +21,6 @@ import { benchArgs, fmt, machine, median, wholeFlag, wholeListFlag } from './lib
 // (m110's shape by default; m25's is --dim 512 --hidden 1376 --layers 8). Two threads run as the
 // daemon's decode session does (spinning while a run lasts and 1 ms after, runtime/spin.ts).
 
-/** The accuracy_level whose prepacked B carries a block sum (MLAS's int8-activation kernels). */
-const INT8_ACTIVATIONS_LEVEL = 4;
-
 const args = benchArgs();
 const D = wholeFlag(args, 'dim', 768, 32);
 const HIDDEN = wholeFlag(args, 'hidden', 2048, 32);
@@ -31,7 +29,7 @@ const THREADS = args.has('threads') ? wholeListFlag(args, 'threads', 1, 1) : [1,
 const BLOCKS = args.has('blocks') ? wholeListFlag(args, 'blocks', 32, 16) : [32, 64, 128];
 const ROUNDS = wholeFlag(args, 'rounds', 4, 1);
 const LEVELS = args.has('accuracy') ? wholeListFlag(args, 'accuracy', MATMUL_NBITS_ACCURACY_LEVEL, 0) : [MATMUL_NBITS_ACCURACY_LEVEL];
-for (const l of LEVELS) if (l !== 0 && l !== INT8_ACTIVATIONS_LEVEL) throw new Error(`--accuracy: each 0 (float32) or ${INT8_ACTIVATIONS_LEVEL} (int8 activations), got '${args.get('accuracy')}'`);
+for (const l of LEVELS) if (l !== FLOAT32_ACCURACY_LEVEL && l !== MATMUL_NBITS_ACCURACY_LEVEL) throw new Error(`--accuracy: each ${FLOAT32_ACCURACY_LEVEL} (float32) or ${MATMUL_NBITS_ACCURACY_LEVEL} (int8 activations), got '${args.get('accuracy')}'`);
 // Checked before any session is built: a block MatMulNBits does not take stopped the run after the others had loaded.
 for (const b of BLOCKS) if (!isQuantBlock(b)) throw new Error(`--blocks: each one of ${QUANT_BLOCK_SIZES.join(', ')}, got '${args.get('blocks')}'`);
 /** Runs timed a round per case: enough for a median at a few milliseconds a run. */
@@ -42,9 +40,10 @@ const WARM_RUNS = 10;
 /**
  * Bytes MatMulNBits reads a weight at one row: 4 bits and a float32 scale a block, and in the
  * int8-activation layout a float32 block sum a block too (MLAS's prepacked B); the float32 one
- * packs the 4 bits alone and reads the scales from the graph's own tensor.
+ * packs the 4 bits alone and reads the scales from the graph's own tensor (as read from MLAS's
+ * packing, not measured: the float32 rows' GB/s rest on it).
  */
-const bytesPerWeight = (block: number, level: number) => 0.5 + (level === INT8_ACTIVATIONS_LEVEL ? 8 : 4) / block;
+const bytesPerWeight = (block: number, level: number) => 0.5 + (level === MATMUL_NBITS_ACCURACY_LEVEL ? 8 : 4) / block;
 
 function chain(layers: number, block: number, accuracyLevel: number): { model: Uint8Array; weights: number } {
   const gb = new GraphBuilder();

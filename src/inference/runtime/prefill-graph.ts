@@ -36,7 +36,7 @@ const DT = onnx.TensorProto.DataType;
 /** A row of zeros keeps a finite reciprocal of its scale (its products are 0 either way). */
 const ROW_SCALE_FLOOR = 1e-30;
 /** `accuracy_level` that multiplies in float32 (onnxruntime's contrib op; 0 is also its default). */
-const FLOAT32_ACCURACY_LEVEL = 0;
+export const FLOAT32_ACCURACY_LEVEL = 0;
 /** The opset from which ReduceMax takes its axes as an input instead of an attribute. */
 const REDUCE_AXES_INPUT_OPSET = 18;
 /** Names this adds to a graph begin with this. */
