@@ -37,6 +37,9 @@ export interface Spawned extends Omit<Started, 'platformUrl' | 'inferenceUrl'> {
 }
 
 /** Spawns the daemon as startDaemon does, without waiting for anything (a test of its start-up). */
+/** glibc's malloc settings of `npm start` and the images (docs/faults.md "Memory"), which the test daemons and benchmarks run with too. */
+export const MALLOC_AS_SHIPPED = { MALLOC_ARENA_MAX: '2', GLIBC_TUNABLES: 'glibc.malloc.tcache_count=1024' } as const;
+
 export function spawnDaemon(env: Record<string, string> = {}, dataDir?: string): Spawned {
   const dir = dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-test-'));
   const adminKey = env.ADMIN_API_KEY ?? `admin-${randomBytes(16).toString('hex')}`;
@@ -58,8 +61,9 @@ export function spawnDaemon(env: Record<string, string> = {}, dataDir?: string):
       LOG_LEVEL: 'info',
       PROVIDER_TIME_SCALE: '0.002',
       METER_INTERVAL_MS: '250',
-      // As npm start and the image run it (package.json, Dockerfile).
-      MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? '2',
+      // As npm start and the image run it (package.json, Dockerfile; docker.test.ts holds them to these).
+      MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? MALLOC_AS_SHIPPED.MALLOC_ARENA_MAX,
+      GLIBC_TUNABLES: process.env.GLIBC_TUNABLES ?? MALLOC_AS_SHIPPED.GLIBC_TUNABLES,
       // Under vitest every answer is checked against /openapi.json's declaration of its route;
       // stopDaemon fails on any mismatch. Benchmarks (not vitest) run without the check.
       CHECK_RESPONSE_SCHEMAS: process.env.VITEST ? '1' : '0',

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { describe, expect, it } from 'vitest';
-import { repoRoot } from './daemon.js';
+import { MALLOC_AS_SHIPPED, repoRoot } from './daemon.js';
 
 // The Dockerfiles, checked without a Docker engine: what Kubernetes and
 // `docker stop` need of them, and that the image's Node can load the HTTP
@@ -49,9 +49,9 @@ describe.each(['Dockerfile', 'Dockerfile.gpu'])('%s', (file) => {
     expect(one('CMD').at(-1)).toBe('["node", "dist/src/main.js"]');
   });
 
-  it("sets glibc's malloc as the memory soak measured it (docs/faults.md)", () => {
+  it("sets glibc's malloc as the memory soak and the model steps measured it (docs/faults.md), as npm start and the test daemons do", () => {
     const env = one('ENV').join(' ');
-    expect(env).toMatch(/\bMALLOC_ARENA_MAX=2\b/);
+    for (const [k, v] of Object.entries(MALLOC_AS_SHIPPED)) expect(env.split(/\s+/)).toContain(`${k}=${v}`);
   });
 
   it('carries the OCI labels', () => {
@@ -94,6 +94,14 @@ describe('Dockerfile.gpu', () => {
     expect(env).toMatch(/\bEXECUTION_PROVIDER=webgpu\b/);
     expect(env).toMatch(/\bNVIDIA_DRIVER_CAPABILITIES=\S*\bgraphics\b/);
     expect(stage.some((i) => i.op === 'RUN' && /apt-get install[^&]*\blibvulkan1\b/.test(i.args))).toBe(true);
+  });
+});
+
+describe('npm start', () => {
+  it("runs the daemon with the images' malloc settings unless the environment has its own", () => {
+    const start = (JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts.start!;
+    for (const [k, v] of Object.entries(MALLOC_AS_SHIPPED)) expect(start).toContain(`${k}=\${${k}:-${v}}`);
+    expect(start).toMatch(/exec node dist\/src\/main\.js$/);
   });
 });
 
