@@ -138,11 +138,6 @@ export interface SamplerSpec {
   grammar?: { key: string; grammar: Grammar };
   /** Its cache may be kept when it ends, for its user's later prompts (kept-prompts.ts); absent: freed. */
   keep?: boolean;
-  /**
-   * The serving side may hold its text back after its tokens come (stop sequences to match), so its
-   * first TOKENS_POSTED_AT_ONCE tokens go out at once whatever text they show (token-posts.ts).
-   */
-  textHeld?: boolean;
 }
 
 export interface StepRow {

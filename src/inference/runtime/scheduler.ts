@@ -805,7 +805,6 @@ export class Scheduler {
       topLogprobs: g.req.topLogprobs,
       grammar: g.req.grammar,
       ...(s.scope !== undefined && this.keptPrompts ? { keep: true } : {}),
-      ...(g.req.stop.length ? { textHeld: true } : {}),
     };
   }
 

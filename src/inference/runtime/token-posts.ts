@@ -23,26 +23,10 @@ import type { TokenLogprob } from '../engine-api.js';
  */
 export const TOKENS_POST_INTERVAL_MS = 16;
 /**
- * A sequence's first tokens go out with the step that made them until one of them shows
- * text (showsText): its time to first text is not held where a first character takes
- * several byte tokens (UTF-8 takes at most four). Once its text shows, its tokens are held
- * as any other's, the decode run's first step's too: against posting its first four and a
- * run's first step whatever they held, one stream through the daemon read +3.0 % for m25 int4
- * and +3.4 % for m110 int4 (15 of 16 alternated pairs each), 16 streams of m25 int4 +3.2 %
- * (7 of 8): up to three posts a request fewer, where a post cost the model ~1 ms of its
- * cores on this 2-core VM (bench/README.md "What a token post costs").
+ * A sequence's first tokens go out with the step that made them: its time to first
+ * text (a first character may need several byte tokens) is not held.
  */
 export const TOKENS_POSTED_AT_ONCE = 4;
-
-/**
- * Whether a token shows text on its own (`piece`: its text where it is whole UTF-8 on its own,
- * InitMsg.tokenTexts): a blank one does not count, since decoding drops a first token's
- * leading space, and neither does a byte token or one with no text.
- */
-export const showsText = (piece: string | null | undefined): boolean => piece != null && /\S/.test(piece);
-
-/** Whether a step's tokens go out at once for this sequence in it (TokenPosts.add's `urgent`): it ended, or is young and shows no text yet. */
-export const postsAtOnce = (s: { made: number; ended: boolean; shown: boolean }): boolean => s.ended || (!s.shown && s.made <= TOKENS_POSTED_AT_ONCE);
 
 /** One step of a decode run: the token of each sequence that ran (logprobs[b]: row b's, when it asked). */
 export interface StepTokens {
@@ -62,22 +46,16 @@ export interface StepTokens {
 /** Now on the clock of StepTokens.madeAt. */
 export const sharedNow = (): number => performance.timeOrigin + performance.now();
 
-/**
- * A decode run's steps not yet posted; `post` gets them in order, at least one step at a time.
- * The interval counts from the run's start: its sequences' last tokens went out just before it
- * (a prompt step's answer, or the run before it), and a young one's go out at once (`urgent`).
- */
+/** A decode run's steps not yet posted; `post` gets them in order, at least one step at a time. */
 export class TokenPosts {
   private held: StepTokens[] = [];
-  private lastPostAt: number;
+  private lastPostAt = -Infinity;
 
   constructor(
     private readonly post: (steps: StepTokens[]) => void,
     private readonly intervalMs = TOKENS_POST_INTERVAL_MS,
     private readonly now: () => number = () => performance.now(),
-  ) {
-    this.lastPostAt = now();
-  }
+  ) {}
 
   /**
    * Holds a step's tokens, and posts what is held when the interval has passed or the

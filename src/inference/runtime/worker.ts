@@ -16,7 +16,7 @@ import { PEERS_REST_AFTER_IDLE_MS, WorkerPeers } from './peers.js';
 import { LONG_SESSION_STEP_TOKENS_MIN, medianOf, SessionChoice, sessionsFor, type LoadedSessions } from './session-choice.js';
 import { inStepBudget } from './options.js';
 import { fp16BitsToFp32 } from '../convert/quantize.js';
-import { postsAtOnce, sharedNow, showsText, TokenPosts } from './token-posts.js';
+import { sharedNow, TOKENS_POSTED_AT_ONCE, TokenPosts } from './token-posts.js';
 import { loadModel, type LoadedModel } from './worker-sessions.js';
 
 // One model's ONNX session, run on this thread (session.run blocks it), the
@@ -475,10 +475,6 @@ interface Sampling {
   next: number;
   /** End of text or budget spent: no more steps. */
   ended: boolean;
-  /** A token it made shows text (token-posts.ts showsText); never where SamplerSpec.textHeld. */
-  shown: boolean;
-  /** SamplerSpec.textHeld. */
-  textHeld: boolean;
   /** SamplerSpec.keep. */
   keep: boolean;
 }
@@ -551,7 +547,6 @@ function draw(sm: Sampling, logits: Float32Array, row: number, V: number): numbe
   sm.next = tok;
   sm.made++;
   sm.ended = endsGeneration(tok, sm.made, sm.budget, sm.eos);
-  if (!sm.shown && !sm.textHeld) sm.shown = showsText(w.tokenTexts[tok]);
   return tok;
 }
 
@@ -583,8 +578,6 @@ function startSampler(seq: number, spec: SamplerSpec): Sampling {
     eos: new Set(spec.eos),
     next: -1,
     ended: false,
-    shown: false,
-    textHeld: spec.textHeld === true,
   };
   samplers.set(seq, sm);
   return sm;
@@ -735,7 +728,10 @@ async function decodeRun(id: number, seqs: number[], stepsMax: number): Promise<
       const tokens = Int32Array.from(live, (seq, b) => draw(samplers.get(seq)!, logits, b, V));
       // Copied, not transferred: a step's few tokens copy faster than a transfer detaches their buffer
       // (a 1-token message: ~36 us to post copied, ~60 us transferred, from a nice-10 worker here).
-      const urgent = live.some((seq) => postsAtOnce(samplers.get(seq)!));
+      const urgent = live.some((seq) => {
+        const sm = samplers.get(seq)!;
+        return sm.ended || sm.made <= TOKENS_POSTED_AT_ONCE;
+      });
       // A copy: a held step must not see the joins later pushed onto `live`.
       posts.add({ seqs: live.slice(), tokens, logprobs: logprobsOf(live), madeAt: sharedNow(), stepMs: performance.now() - t0 }, urgent);
       readCommandsNow();
