@@ -53,8 +53,8 @@ RUN apt-get update \
 # GLIBC_TUNABLES=glibc.malloc.tcache_count=1024: onnxruntime mallocs and frees ~1,000 small
 # blocks a model step (~260 of one size at m25), past the per-thread cache's default 7 a size;
 # the rest went through the shared arena's locks and coalescing, ~8-14 % of a model worker's
-# time. With it one stream of m25 int4 read +7.5 %, m110 int4 +5.1 %, 16 streams of m25 int4
-# +6.0 %, with the same memory (bench/README.md "malloc's thread cache").
+# time. With it one stream of m25 int4 read +4.8 %, m110 int4 +2.2 %, 16 streams of m25 int4
+# +3.0 %, with the same memory (bench/README.md "malloc's thread cache").
 ENV NODE_ENV=production \
     MALLOC_ARENA_MAX=2 \
     GLIBC_TUNABLES=glibc.malloc.tcache_count=1024 \
