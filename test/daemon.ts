@@ -36,10 +36,14 @@ export interface Spawned extends Omit<Started, 'platformUrl' | 'inferenceUrl'> {
   exitCode(): number | NodeJS.Signals | undefined;
 }
 
-/** Spawns the daemon as startDaemon does, without waiting for anything (a test of its start-up). */
-/** glibc's malloc settings of `npm start` and the images (docs/faults.md "Memory"), which the test daemons and benchmarks run with too. */
+/**
+ * glibc's malloc settings of `npm start` and the images (docs/faults.md "Memory"), which the test
+ * daemons and benchmarks run with too. A GLIBC_TUNABLES of the environment's own goes after these
+ * (glibc takes a tunable's last value), MALLOC_ARENA_MAX in place of this one.
+ */
 export const MALLOC_AS_SHIPPED = { MALLOC_ARENA_MAX: '2', GLIBC_TUNABLES: 'glibc.malloc.tcache_count=1024' } as const;
 
+/** Spawns the daemon as startDaemon does, without waiting for anything (a test of its start-up). */
 export function spawnDaemon(env: Record<string, string> = {}, dataDir?: string): Spawned {
   const dir = dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-test-'));
   const adminKey = env.ADMIN_API_KEY ?? `admin-${randomBytes(16).toString('hex')}`;
@@ -63,7 +67,7 @@ export function spawnDaemon(env: Record<string, string> = {}, dataDir?: string):
       METER_INTERVAL_MS: '250',
       // As npm start and the image run it (package.json, Dockerfile; docker.test.ts holds them to these).
       MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? MALLOC_AS_SHIPPED.MALLOC_ARENA_MAX,
-      GLIBC_TUNABLES: process.env.GLIBC_TUNABLES ?? MALLOC_AS_SHIPPED.GLIBC_TUNABLES,
+      GLIBC_TUNABLES: [MALLOC_AS_SHIPPED.GLIBC_TUNABLES, process.env.GLIBC_TUNABLES].filter(Boolean).join(':'),
       // Under vitest every answer is checked against /openapi.json's declaration of its route;
       // stopDaemon fails on any mismatch. Benchmarks (not vitest) run without the check.
       CHECK_RESPONSE_SCHEMAS: process.env.VITEST ? '1' : '0',

@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { describe, expect, it } from 'vitest';
 import { MALLOC_AS_SHIPPED, repoRoot } from './daemon.js';
@@ -98,10 +99,24 @@ describe('Dockerfile.gpu', () => {
 });
 
 describe('npm start', () => {
-  it("runs the daemon with the images' malloc settings unless the environment has its own", () => {
-    const start = (JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts.start!;
-    for (const [k, v] of Object.entries(MALLOC_AS_SHIPPED)) expect(start).toContain(`${k}=\${${k}:-${v}}`);
+  const start = (JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts.start!;
+  // The script's own shell line, with `env` where it starts the daemon: the environment the daemon gets.
+  const envOfStart = (env: Record<string, string>) => {
     expect(start).toMatch(/exec node dist\/src\/main\.js$/);
+    const line = start.replace(/exec node dist\/src\/main\.js$/, 'exec env');
+    const out = execFileSync('sh', ['-c', line], { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...env }, encoding: 'utf8' });
+    return Object.fromEntries(out.trim().split('\n').map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+  };
+
+  it("runs the daemon with the images' malloc settings", () => {
+    const got = envOfStart({});
+    for (const [k, v] of Object.entries(MALLOC_AS_SHIPPED)) expect(got[k]).toBe(v);
+  });
+
+  it("keeps the environment's own: its MALLOC_ARENA_MAX in place, its GLIBC_TUNABLES after the thread cache's (glibc takes a tunable's last value)", () => {
+    const got = envOfStart({ MALLOC_ARENA_MAX: '4', GLIBC_TUNABLES: 'glibc.malloc.tcache_count=7' });
+    expect(got.MALLOC_ARENA_MAX).toBe('4');
+    expect(got.GLIBC_TUNABLES).toBe(`${MALLOC_AS_SHIPPED.GLIBC_TUNABLES}:glibc.malloc.tcache_count=7`);
   });
 });
 
