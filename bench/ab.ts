@@ -17,7 +17,8 @@ import { benchArgs, chatBenchEnv, daemonProbe, machine, ownSummary, pairSummary,
 // --long-prompt-words: K streams more (default 1), whose prompt is a story of N words (stream i the i-th
 // of several lengths, in turn) and which generate M tokens (default 256) each request: long
 // conversations beside the short ones (KV_SPLIT_LONG_ROWS).
-// --a / --b: environment of each daemon; --a-root / --b-root: the checkout each runs (built), this one by default.
+// --a / --b: environment of each daemon (DAEMON_NODE_ARGS there: its node flags, test/daemon.ts daemonNodeArgs);
+// --a-root / --b-root: the checkout each runs (built), this one by default.
 // Under the pairs, each daemon's own view of its phases (lib.ts daemonProbe): the engine's time to first token
 // from admission, and the HTTP thread's CPU a token.
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { benchArgs, ownSummary, secondsFlag, sumAndCount, threadCpuMs, wholeFlag, wholeListFlag } from '../bench/lib.js';
+import { daemonNodeArgs } from './daemon.js';
 
 // The benchmarks' argument parser: a bare flag must not swallow the flag after it
 // (`--http --streams 16` read as http = '--streams' and a lone '16' dropped the streams).
@@ -69,5 +70,15 @@ describe('the daemon probe', () => {
     const ms = threadCpuMs(process.pid, process.pid);
     expect(Number.isFinite(ms) && ms >= 0).toBe(true);
     expect(threadCpuMs(process.pid, 2 ** 30)).toBeNaN();
+  });
+});
+
+// ab.js's `--a` / `--b` give each daemon its own node flags (a V8 flag on one side only).
+describe('daemonNodeArgs', () => {
+  it("takes the daemon's own DAEMON_NODE_ARGS before this process's, split on spaces", () => {
+    expect(daemonNodeArgs({ DAEMON_NODE_ARGS: '--single-threaded-gc  --max-semi-space-size=32' }, { DAEMON_NODE_ARGS: '--cpu-prof' })).toEqual(['--single-threaded-gc', '--max-semi-space-size=32']);
+    expect(daemonNodeArgs({}, { DAEMON_NODE_ARGS: '--cpu-prof --cpu-prof-dir=/tmp/p' })).toEqual(['--cpu-prof', '--cpu-prof-dir=/tmp/p']);
+    expect(daemonNodeArgs({ DAEMON_NODE_ARGS: '' }, { DAEMON_NODE_ARGS: '--cpu-prof' })).toEqual([]); // set empty on a side: none there
+    expect(daemonNodeArgs({}, {})).toEqual([]);
   });
 });

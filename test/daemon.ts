@@ -43,6 +43,15 @@ export interface Spawned extends Omit<Started, 'platformUrl' | 'inferenceUrl'> {
  */
 export const MALLOC_AS_SHIPPED = { MALLOC_ARENA_MAX: '2', GLIBC_TUNABLES: 'glibc.malloc.tcache_count=1024' } as const;
 
+/**
+ * The node flags a daemon is started with: DAEMON_NODE_ARGS, flags that NODE_OPTIONS refuses
+ * (--cpu-prof, V8's GC flags; for benchmarks), from the daemon's `env` (one side of ab.js) or else
+ * from `outer`, this process's environment; separated by spaces.
+ */
+export function daemonNodeArgs(env: Record<string, string>, outer: NodeJS.ProcessEnv = process.env): string[] {
+  return (env.DAEMON_NODE_ARGS ?? outer.DAEMON_NODE_ARGS ?? '').split(' ').filter(Boolean);
+}
+
 /** Spawns the daemon as startDaemon does, without waiting for anything (a test of its start-up). */
 export function spawnDaemon(env: Record<string, string> = {}, dataDir?: string): Spawned {
   const dir = dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-test-'));
@@ -51,9 +60,7 @@ export function spawnDaemon(env: Record<string, string> = {}, dataDir?: string):
   // The daemon writes its log straight to a file (no pipe for this process to drain under load);
   // we poll the file for the "listening" line.
   const out = fs.openSync(logFile, 'a');
-  // DAEMON_NODE_ARGS: node flags for the daemon that NODE_OPTIONS refuses (--cpu-prof, for benchmarks).
-  const nodeArgs = process.env.DAEMON_NODE_ARGS ? process.env.DAEMON_NODE_ARGS.split(' ') : [];
-  const proc = spawn(process.execPath, [...nodeArgs, path.join(repoRoot, 'dist/src/main.js')], {
+  const proc = spawn(process.execPath, [...daemonNodeArgs(env), path.join(repoRoot, 'dist/src/main.js')], {
     cwd: repoRoot,
     env: {
       ...process.env,
