@@ -1,4 +1,4 @@
-import { benchArgs, chatBenchEnv, daemonProbe, machine, ownSummary, pairSummary, PHASE_SECONDS_MIN, secondsFlag, startSide, storyText, streamPhase, wholeFlag, wholeListFlag, type OwnView } from './lib.js';
+import { benchArgs, chatBenchEnv, daemonProbe, exchangeSides, fmt, machine, ownSummary, pairRatios, pairSummary, PHASE_SECONDS_MIN, sideCancelled, secondsFlag, startSide, storyText, streamPhase, wholeFlag, wholeListFlag, type OwnView } from './lib.js';
 
 // Two daemon settings against each other on a machine whose speed drifts (this 2-core VM's
 // one-stream rate moved 350-700 tokens/s from one minute to the next): both daemons run at
@@ -9,7 +9,12 @@ import { benchArgs, chatBenchEnv, daemonProbe, machine, ownSummary, pairSummary,
 // runtime/peers.ts): a phase's rate is their sum, its TTFT their median's mean.
 // Usage: node dist/bench/ab.js --model ID[,ID2...] --models-dir DIR [--a 'K=V,K=V'] [--b 'K=V'] [--a-root DIR] [--b-root DIR]
 //   [--streams 1] [--rounds 20] [--seconds 2] [--tokens 64] [--ttft first-token] [--system-words N] [--long-prompt-words N[,N2...] --long-tokens M --long-streams K]
-//   [--first-streams N]
+//   [--first-streams N] [--both-sides]
+// --both-sides: the pairs run twice, on fresh daemons each time, the second time with A's and B's
+// settings (and checkouts) exchanged, and the end line gives B's settings against A's with the
+// side cancelled (the square root of the first B / A over the second) and the lean of being the
+// second daemon (the square root of their product): on the 2-core VMs the second daemon has read
+// 1.01-1.10 faster than the first with both alike (bench/README.md "A token post on a Zen 5").
 // --first-streams N: each daemon streams at N clients for a few seconds before the pairs. More
 // clients than batch slots (64) want it: a fresh daemon has seen no request end and judges a
 // queue past its free slots by its warm-up's one-row pace, which is cautious, and may refuse
@@ -35,6 +40,7 @@ const firstStreams = wholeFlag(args, 'first-streams', 0, 0);
 const FIRST_SECONDS = 3;
 const longWords = wholeListFlag(args, 'long-prompt-words', 0, 0);
 const systemWords = wholeFlag(args, 'system-words', 0, 0);
+const bothSides = args.has('both-sides');
 const opts = {
   maxTokens: wholeFlag(args, 'tokens', 64, 1),
   firstToken: args.get('ttft') === 'first-token',
@@ -43,9 +49,9 @@ const opts = {
 };
 const long = longWords.some((w) => w > 0) ? { prompts: longWords.map((w) => storyText(w)), maxTokens: wholeFlag(args, 'long-tokens', 256, 1), streams: wholeFlag(args, 'long-streams', 1, 1) } : undefined;
 
-const start = (side: 'a' | 'b') => startSide(args, side, chatBenchEnv(args));
-
-async function main() {
+/** One run of the pairs on two fresh daemons (`sides` says what each runs); B / A's median and geometric mean. */
+async function pairs(sides: Map<string, string>): Promise<{ median: number; geo: number }> {
+  const start = (side: 'a' | 'b') => startSide(sides, side, chatBenchEnv(args));
   const a = await start('a');
   const b = await start('b');
   try {
@@ -67,9 +73,20 @@ async function main() {
     }
     console.log(pairSummary({ label: 'A', phases: res.a }, { label: 'B', phases: res.b }));
     console.log(`${ownSummary(own.a, 'A')}\n${ownSummary(own.b, 'B')}`);
+    return pairRatios(res.a, res.b);
   } finally {
     await Promise.all([a.stop(), b.stop()]);
   }
+}
+
+async function main() {
+  const straight = await pairs(args);
+  if (!bothSides) return;
+  console.log("\n--both-sides: the pairs again on fresh daemons, B's settings on the first daemon (A) and A's on the second (B):");
+  const back = await pairs(exchangeSides(args));
+  // In the second run B / A is A's settings over B's.
+  const [med, geo] = [sideCancelled(straight.median, back.median), sideCancelled(straight.geo, back.geo)];
+  console.log(`with the side cancelled, B's settings / A's: ${fmt(med.settings, 3)} from the medians, ${fmt(geo.settings, 3)} from the geometric means; the second daemon's own lean ${fmt(med.lean, 3)} (${fmt(geo.lean, 3)})`);
 }
 
 main().catch((e) => {

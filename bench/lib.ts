@@ -367,16 +367,31 @@ export async function daemonProbe(d: { pid: number; inferenceUrl: string }): Pro
 export const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
 
 /** Alternated phases of two sides, as the A/B benchmarks print them: each side's rates, then each pair's ratio B / A. */
+/** Each pair's B / A rate, their median and their geometric mean. */
+export function pairRatios(a: ReadonlyArray<{ rate: number }>, b: ReadonlyArray<{ rate: number }>): { ratios: number[]; median: number; geo: number } {
+  const ratios = b.map((x, i) => x.rate / a[i]!.rate);
+  return { ratios, median: median(ratios), geo: Math.exp(ratios.reduce((t, x) => t + Math.log(x), 0) / ratios.length) };
+}
+
+/**
+ * B's settings against A's with the side of the A/B benchmark cancelled: `straight` is B / A with
+ * B's settings on the second daemon, `exchanged` the same B / A label's ratio with them on the
+ * first. Their ratio's square root is B's settings over A's; their product's, what being the
+ * second daemon itself is worth (the lean).
+ */
+export function sideCancelled(straight: number, exchanged: number): { settings: number; lean: number } {
+  return { settings: Math.sqrt(straight / exchanged), lean: Math.sqrt(straight * exchanged) };
+}
+
 export function pairSummary(a: { label: string; phases: Array<{ rate: number; ttftMs: number }> }, b: { label: string; phases: Array<{ rate: number; ttftMs: number }> }): string {
   const side = (s: typeof a) =>
     `${s.label} tokens/s: ${s.phases.map((x) => fmt(x.rate)).join(' ')} (median ${fmt(median(s.phases.map((x) => x.rate)))}), TTFT p50 median ${fmt(median(s.phases.map((x) => x.ttftMs)), 1)} ms`;
-  const ratios = b.phases.map((x, i) => x.rate / a.phases[i]!.rate);
-  const geo = Math.exp(ratios.reduce((t, x) => t + Math.log(x), 0) / ratios.length);
+  const { ratios, median: med, geo } = pairRatios(a.phases, b.phases);
   return [
     side(a),
     side(b),
     `${b.label} / ${a.label} per pair: ${ratios.map((x) => fmt(x, 2)).join(' ')}`,
-    `median ${fmt(median(ratios), 3)}, geometric mean ${fmt(geo, 3)}, ${b.label} faster in ${ratios.filter((x) => x > 1).length} of ${ratios.length} pairs`,
+    `median ${fmt(med, 3)}, geometric mean ${fmt(geo, 3)}, ${b.label} faster in ${ratios.filter((x) => x > 1).length} of ${ratios.length} pairs`,
   ].join('\n');
 }
 
@@ -416,6 +431,21 @@ export async function startSide(args: Map<string, string>, side: 'a' | 'b', env:
   const d = await lib.startDaemon({ ...env, ...envOf(args.get(side)) });
   const key = await benchKey(d, ['inference:use'], 1_000_000_000);
   return { label: `${args.get(side) ?? '(defaults)'}${args.has(`${side}-root`) ? ` @ ${root}` : ''}`, d, key, stop: () => lib.stopDaemon(d) };
+}
+
+/**
+ * An A/B benchmark's flags with A's and B's settings and checkouts exchanged: ab.js --both-sides
+ * runs its second pairs so, B's settings on the first daemon and A's on the second.
+ */
+export function exchangeSides(from: Map<string, string>): Map<string, string> {
+  const out = new Map(from);
+  for (const [x, y] of [['a', 'b'], ['a-root', 'b-root']] as const) {
+    for (const [k, v] of [[x, from.get(y)], [y, from.get(x)]] as const) {
+      if (v === undefined) out.delete(k);
+      else out.set(k, v);
+    }
+  }
+  return out;
 }
 
 export function envOf(spec: string | undefined): Record<string, string> {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { benchArgs, ownSummary, secondsFlag, sumAndCount, threadCpuMs, wholeFlag, wholeListFlag } from '../bench/lib.js';
+import { benchArgs, exchangeSides, ownSummary, pairRatios, secondsFlag, sideCancelled, sumAndCount, threadCpuMs, wholeFlag, wholeListFlag } from '../bench/lib.js';
 import { daemonNodeArgs } from './daemon.js';
 
 // The benchmarks' argument parser: a bare flag must not swallow the flag after it
@@ -80,5 +80,29 @@ describe('daemonNodeArgs', () => {
     expect(daemonNodeArgs({}, { DAEMON_NODE_ARGS: '--cpu-prof --cpu-prof-dir=/tmp/p' })).toEqual(['--cpu-prof', '--cpu-prof-dir=/tmp/p']);
     expect(daemonNodeArgs({ DAEMON_NODE_ARGS: '' }, { DAEMON_NODE_ARGS: '--cpu-prof' })).toEqual([]); // set empty on a side: none there
     expect(daemonNodeArgs({}, {})).toEqual([]);
+  });
+});
+
+// ab.js --both-sides: the second run exchanges the sides, and the two B / A readings give the
+// settings' ratio with the side cancelled and the second daemon's lean.
+describe('ab.js both sides', () => {
+  it("exchanges A's and B's settings and checkouts, and leaves the rest", () => {
+    const x = exchangeSides(benchArgs(['--a', 'K=1', '--b-root', '/old', '--streams', '16']));
+    expect(Object.fromEntries(x)).toEqual({ b: 'K=1', 'a-root': '/old', streams: '16' });
+    expect(Object.fromEntries(exchangeSides(x))).toEqual({ a: 'K=1', 'b-root': '/old', streams: '16' });
+  });
+
+  it('cancels the lean of the second daemon', () => {
+    // B's settings 1.10x A's, the second daemon 1.05x the first: read 1.155 straight, 1.05 / 1.10 exchanged.
+    const c = sideCancelled(1.1 * 1.05, 1.05 / 1.1);
+    expect(c.settings).toBeCloseTo(1.1, 10);
+    expect(c.lean).toBeCloseTo(1.05, 10);
+  });
+
+  it("reads each pair's B / A, its median and its geometric mean", () => {
+    const r = pairRatios([{ rate: 100 }, { rate: 200 }, { rate: 100 }], [{ rate: 110 }, { rate: 180 }, { rate: 400 }]);
+    expect(r.ratios).toEqual([1.1, 0.9, 4]);
+    expect(r.median).toBe(1.1);
+    expect(r.geo).toBeCloseTo(Math.cbrt(1.1 * 0.9 * 4), 12);
   });
 });
