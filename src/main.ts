@@ -7,6 +7,7 @@ import { inferenceModule } from './inference/module.js';
 import { platformModule } from './platform/module.js';
 import { moneyModule } from './money/module.js';
 import { endHeldThreads } from './threads-at-exit.js';
+import { glibcVersion, mallocSettingsMissing } from './malloc-settings.js';
 
 // The route families the daemon serves; each module owns its routes and background work.
 const modules: Module[] = [moneyModule, inferenceModule, platformModule];
@@ -40,6 +41,8 @@ async function main(): Promise<void> {
     }
     throw e;
   }
+  const missing = mallocSettingsMissing(process.env, glibcVersion());
+  if (missing.length) log.warn({ missing }, `started without npm start's malloc settings; set ${missing.join(' ')} in the environment: without them the resident memory grows and model steps run slower (README "Memory")`);
   // The handlers come first: a signal while the daemon starts (an orchestrator stopping a pod that
   // is still loading, or one that reads "listening" and stops it at once) would otherwise take
   // the default action and kill the process with no shutdown, leaving an embedded PostgreSQL

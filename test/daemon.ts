@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { MALLOC_AS_SHIPPED } from '../src/malloc-settings.js';
 
 // Starts the real daemon (compiled dist/) on ephemeral ports with a temporary
 // DATA_DIR, as an operator would, and waits for its "listening" line.
@@ -37,11 +38,11 @@ export interface Spawned extends Omit<Started, 'platformUrl' | 'inferenceUrl'> {
 }
 
 /**
- * glibc's malloc settings of `npm start` and the images (docs/faults.md "Memory"), which the test
+ * glibc's malloc settings of `npm start` and the images (src/malloc-settings.ts), which the test
  * daemons and benchmarks run with too. A GLIBC_TUNABLES of the environment's own goes after these
  * (glibc takes a tunable's last value), MALLOC_ARENA_MAX in place of this one.
  */
-export const MALLOC_AS_SHIPPED = { MALLOC_ARENA_MAX: '2', GLIBC_TUNABLES: 'glibc.malloc.tcache_count=1024' } as const;
+export { MALLOC_AS_SHIPPED };
 
 /**
  * The node flags a daemon is started with: DAEMON_NODE_ARGS, flags that NODE_OPTIONS refuses

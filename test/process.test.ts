@@ -62,8 +62,27 @@ describe('process', () => {
     clearTimeout(t);
     expect(ended).toBe(true);
     expect(out).toContain('"msg":"stopped"');
+    // npm start sets glibc's malloc settings itself, so its daemon does not ask for them.
+    expect(out).not.toContain("started without npm start's malloc settings");
     fs.rmSync(dir, { recursive: true, force: true });
   }, 90_000);
+
+  it("plain node without npm start's malloc settings: the daemon names the ones to set", async () => {
+    // undefined leaves a variable out of the child's environment (child_process's rule).
+    const d = await startDaemon({ MALLOC_ARENA_MAX: undefined, GLIBC_TUNABLES: undefined } as unknown as Record<string, string>);
+    try {
+      const lines = fs.readFileSync(d.logFile, 'utf8').split('\n').flatMap((l) => {
+        try {
+          return [JSON.parse(l) as { level?: string; missing?: string[] }];
+        } catch {
+          return [];
+        }
+      });
+      expect(lines.find((l) => l.level === 'warn' && l.missing)?.missing).toEqual(['MALLOC_ARENA_MAX=2', 'GLIBC_TUNABLES=glibc.malloc.tcache_count=1024']);
+    } finally {
+      await stopDaemon(d);
+    }
+  }, 60_000);
 
   it('SIGTERM while it starts (PostgreSQL up, models not yet loaded) waits for the start, then shuts down cleanly', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cloudgate-early-'));
