@@ -366,7 +366,6 @@ export async function daemonProbe(d: { pid: number; inferenceUrl: string }): Pro
 
 export const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
 
-/** Alternated phases of two sides, as the A/B benchmarks print them: each side's rates, then each pair's ratio B / A. */
 /** Each pair's B / A rate, their median and their geometric mean. */
 export function pairRatios(a: ReadonlyArray<{ rate: number }>, b: ReadonlyArray<{ rate: number }>): { ratios: number[]; median: number; geo: number } {
   const ratios = b.map((x, i) => x.rate / a[i]!.rate);
@@ -383,6 +382,7 @@ export function sideCancelled(straight: number, exchanged: number): { settings: 
   return { settings: Math.sqrt(straight / exchanged), lean: Math.sqrt(straight * exchanged) };
 }
 
+/** Alternated phases of two sides, as the A/B benchmarks print them: each side's rates, then each pair's ratio B / A. */
 export function pairSummary(a: { label: string; phases: Array<{ rate: number; ttftMs: number }> }, b: { label: string; phases: Array<{ rate: number; ttftMs: number }> }): string {
   const side = (s: typeof a) =>
     `${s.label} tokens/s: ${s.phases.map((x) => fmt(x.rate)).join(' ')} (median ${fmt(median(s.phases.map((x) => x.rate)))}), TTFT p50 median ${fmt(median(s.phases.map((x) => x.ttftMs)), 1)} ms`;
