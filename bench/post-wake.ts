@@ -35,15 +35,16 @@ function busy(ms: number): void {
 async function main(): Promise<void> {
   const { benchArgs, machine, wholeFlag, wholeListFlag } = await import('./lib.js');
   const args = benchArgs();
-  const positive = (flag: string, fallback: number): number => {
+  /** A flag of milliseconds, 0 or more (a typo stops the run, as wholeFlag's do). */
+  const msFlag = (flag: string, fallback: number): number => {
     const v = Number(args.get(flag) ?? fallback);
     if (!(Number.isFinite(v) && v >= 0)) throw new Error(`--${flag}: a number of milliseconds, at least 0, got '${args.get(flag)}'`);
     return v;
   };
-  const workMs = positive('work-ms', 0.25);
+  const workMs = msFlag('work-ms', 0.25);
   const pin = (args.get('pin') ?? 'none') as Pin;
   if (!PINS.includes(pin)) throw new Error(`--pin: one of ${PINS.join(', ')}, got '${pin}'`);
-  const role: Omit<Role, 'role'> = { pin, stepMs: positive('step-ms', 1.5), steps: args.has('steps') ? wholeListFlag(args, 'steps', 1, 1) : [1, 20], posts: wholeFlag(args, 'posts', 500, 1) };
+  const role: Omit<Role, 'role'> = { pin, stepMs: msFlag('step-ms', 1.5), steps: args.has('steps') ? wholeListFlag(args, 'steps', 1, 1) : [1, 20], posts: wholeFlag(args, 'posts', 500, 1) };
   const spinner = args.has('spin') ? new Worker(new URL(import.meta.url), { workerData: { ...role, role: 'spin' } satisfies Role }) : undefined;
   const poster = new Worker(new URL(import.meta.url), { workerData: { ...role, role: 'post' } satisfies Role });
   if (pin !== 'none') pinTo(pin === 'apart' ? 1 : 0, tid());

@@ -25,7 +25,7 @@ export function mallocSettingsMissing(env: NodeJS.ProcessEnv, glibc: string | un
   return missing;
 }
 
-/** This process's glibc version, or undefined where it runs on another C library (musl) or OS. */
+/** This process's glibc version, or undefined where it runs on another C library (musl) or OS. Node's report is its one documented source; building it takes ~5 ms, once at start. */
 export function glibcVersion(): string | undefined {
   if (process.platform !== 'linux') return undefined;
   const report = process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined;
