@@ -10,8 +10,7 @@ import { KvPools } from './kv-pools.js';
 import { DeviceLock } from './device-lock.js';
 import { ResidentSlots, type ResidentLayoutOf } from './kv-resident.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
-import { adjustLogits, mulberry32, sample, tokenLogprob } from './sampler.js';
-import { Matcher, TokenMasker, type Grammar, type State } from '../grammar/grammar.js';
+import { draw, Maskers, startSampling, type Sampling } from './generation.js';
 import { PEERS_REST_AFTER_IDLE_MS, WorkerPeers } from './peers.js';
 import { LONG_SESSION_STEP_TOKENS_MIN, medianOf, SessionChoice, sessionsFor, type LoadedSessions } from './session-choice.js';
 import { inStepBudget } from './options.js';
@@ -38,7 +37,8 @@ interface WorkerState extends LoadedModel {
   /** The cache of a slot-cache graph (cache.N.key inputs), on the device where `resident` loaded; the store then stays empty. */
   slots: KvPools | ResidentSlots | undefined;
   batch: BatchState | undefined;
-  tokenTexts: Array<string | null>;
+  /** Grammar masks over this model's tokens' texts (InitMsg.tokenTexts), for structured output. */
+  maskers: Maskers;
   /** The last decode run (its message id) the main thread asked to stop after its current step; -1: none. */
   interruptedRun: number;
   /** A close arrived: any decode run, in flight or queued before it, stops after its current step. */
@@ -84,7 +84,7 @@ const w = {
   branchChoice: undefined,
   slots: undefined,
   batch: undefined,
-  tokenTexts: [],
+  maskers: new Maskers([]),
   interruptedRun: -1,
   closeRequested: false,
   inRun: false,
@@ -105,7 +105,7 @@ const w = {
 } as Partial<WorkerState> as WorkerState;
 
 async function init(msg: Extract<WorkerCommand, { type: 'init' }>): Promise<void> {
-  w.tokenTexts = msg.tokenTexts ?? [];
+  w.maskers = new Maskers(msg.tokenTexts ?? []);
   w.tokensPostIntervalMs = msg.tokensPostIntervalMs;
   w.joinedStepTokensMax = msg.joinedStepTokensMax;
   w.stepTokensMax = msg.stepTokensMax;
@@ -445,110 +445,8 @@ async function branchStep(rows: StepRow[], root: Kv, len: number): Promise<Float
   return afterStep(rows, kvs, out, inp, len);
 }
 
-/**
- * A generation's sampler. Sampling here, next to the session, lets a decode
- * run go on step after step with no round trip to the main thread: on a
- * 2-core machine the main thread is often not running when a step ends, and
- * waiting for it cost a quarter of the worker's time.
- */
-interface Sampling {
-  temperature: number;
-  topP: number;
-  cuts: Cuts | undefined;
-  adjust: LogitAdjust | undefined;
-  /** Generated tokens and their counts (presence / frequency penalties read them). */
-  counts: Map<number, number>;
-  /** The adjusted row, reused step after step. */
-  scratch: Float32Array | undefined;
-  /** Alternatives to report with each token's logprob; undefined: no logprobs. */
-  topLogprobs: number | undefined;
-  /** The last sampled token's logprob, when asked for. */
-  lastLogprob: TokenLogprob | null;
-  /** Structured output: the grammar's parse state, masking the logits at every step. */
-  constraint: Constraint | undefined;
-  rand: () => number;
-  budget: number;
-  /** Tokens sampled so far. */
-  made: number;
-  eos: Set<number>;
-  /** The last sampled token: the input of the sequence's next decode step. */
-  next: number;
-  /** End of text or budget spent: no more steps. */
-  ended: boolean;
-  /** SamplerSpec.keep. */
-  keep: boolean;
-}
+/** Each live generation's sampling state (generation.ts), by sequence. */
 const samplers = new Map<number, Sampling>();
-
-/** Each token's text (from init), for grammar masks; maskers kept per grammar, the most recent few. */
-const maskers = new Map<string, TokenMasker>();
-/** Distinct grammars whose vocabulary index stays built (one per schema in use, at most). */
-const MASKERS_MAX = 32;
-function maskerFor(key: string, g: Grammar): TokenMasker {
-  let m = maskers.get(key);
-  if (m) {
-    maskers.delete(key);
-    maskers.set(key, m);
-    return m;
-  }
-  m = new TokenMasker(new Matcher(g), w.tokenTexts);
-  maskers.set(key, m);
-  if (maskers.size > MASKERS_MAX) maskers.delete(maskers.keys().next().value!);
-  return m;
-}
-
-/**
- * A generation held to a grammar: before each draw every token that cannot continue the
- * document gets -Infinity (end of text only once the document is complete); after it the
- * parse state moves over the token's text. A dead end (no token fits) ends the generation.
- */
-class Constraint {
-  private state: State;
-  private readonly allowed: Uint8Array;
-  constructor(private readonly masker: TokenMasker) {
-    this.state = masker.matcher.initial();
-    this.allowed = new Uint8Array(w.tokenTexts.length);
-  }
-
-  apply(l: Float32Array, eos: ReadonlySet<number>): void {
-    const eosLogits = [...eos].map((e) => [e, l[e]!] as const);
-    const n = this.masker.mask(this.state, this.allowed);
-    for (let t = 0; t < l.length; t++) if (!this.allowed[t]) l[t] = -Infinity;
-    // End of text, at its own logit: when the document is complete, or when nothing else fits.
-    if (this.state.accepting || n === 0) for (const [e, v] of eosLogits) l[e] = v;
-  }
-
-  accept(tok: number, eos: ReadonlySet<number>): void {
-    if (eos.has(tok)) return;
-    this.state = this.masker.matcher.advanceText(this.state, w.tokenTexts[tok] ?? '') ?? this.state;
-  }
-}
-
-/** Samples row `row` of `logits` (rows of `V` last-position logits). */
-function draw(sm: Sampling, logits: Float32Array, row: number, V: number): number {
-  let l = logits;
-  let off = row * V;
-  if (sm.adjust) {
-    l = adjustLogits(logits, off, V, sm.adjust, sm.counts, (sm.scratch ??= new Float32Array(V)));
-    off = 0;
-  }
-  if (sm.constraint) {
-    if (l === logits) {
-      l = (sm.scratch ??= new Float32Array(V));
-      l.set(logits.subarray(off, off + V));
-      off = 0;
-    }
-    sm.constraint.apply(l, sm.eos);
-  }
-  const tok = sample(l, off, V, sm.temperature, sm.topP, sm.rand, sm.cuts);
-  sm.constraint?.accept(tok, sm.eos);
-  if (sm.topLogprobs !== undefined) sm.lastLogprob = tokenLogprob(logits, row * V, V, tok, sm.topLogprobs);
-  if (sm.adjust) sm.counts.set(tok, (sm.counts.get(tok) ?? 0) + 1);
-  sm.next = tok;
-  sm.made++;
-  sm.ended = endsGeneration(tok, sm.made, sm.budget, sm.eos);
-  return tok;
-}
 
 /**
  * Positions a sequence may still add to its cache: a generation feeds back each token it makes
@@ -561,24 +459,7 @@ function positionsLeft(seq: number): number | undefined {
 }
 
 function startSampler(seq: number, spec: SamplerSpec): Sampling {
-  const sm: Sampling = {
-    temperature: spec.temperature,
-    topP: spec.topP,
-    cuts: spec.cuts,
-    adjust: spec.adjust,
-    counts: new Map(),
-    scratch: undefined,
-    topLogprobs: spec.topLogprobs,
-    lastLogprob: null,
-    constraint: spec.grammar ? new Constraint(maskerFor(spec.grammar.key, spec.grammar.grammar)) : undefined,
-    rand: mulberry32(spec.seed),
-    keep: spec.keep === true,
-    budget: spec.budget,
-    made: 0,
-    eos: new Set(spec.eos),
-    next: -1,
-    ended: false,
-  };
+  const sm = startSampling(spec, w.maskers);
   samplers.set(seq, sm);
   return sm;
 }
