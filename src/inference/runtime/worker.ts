@@ -1,7 +1,7 @@
 import v8 from 'node:v8';
 import { parentPort, receiveMessageOnPort } from 'node:worker_threads';
 import ort from 'onnxruntime-node';
-import { endsGeneration, noPasses, type Arch, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow, type WarmPace } from './protocol.js';
+import { noPasses, type Arch, type ModelPasses, type WorkerEvent, type WorkerCommand, type SamplerSpec, type StepRow, type WarmPace } from './protocol.js';
 import { KvStore, kvBytesPerPosition, type Kv } from './kv.js';
 import { KvSlots, slotStepDone, slotStepFeeds } from './kv-slots.js';
 import { KeptArena, type KeptKv } from './kept-arena.js';
@@ -9,7 +9,7 @@ import { keptBytesOf } from './kept-prompts.js';
 import { KvPools } from './kv-pools.js';
 import { DeviceLock } from './device-lock.js';
 import { ResidentSlots, type ResidentLayoutOf } from './kv-resident.js';
-import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
+import type { TokenLogprob } from '../engine-api.js';
 import { draw, Maskers, startSampling, type Sampling } from './generation.js';
 import { PEERS_REST_AFTER_IDLE_MS, WorkerPeers } from './peers.js';
 import { LONG_SESSION_STEP_TOKENS_MIN, medianOf, SessionChoice, sessionsFor, type LoadedSessions } from './session-choice.js';
