@@ -44,7 +44,7 @@ export const MASKERS_MAX = 32;
 /** One model's token masks by grammar, over its tokens' texts; the most recently used MASKERS_MAX kept. */
 export class Maskers {
   private readonly byKey = new Map<string, TokenMasker>();
-  constructor(readonly tokenTexts: ReadonlyArray<string | null>) {}
+  constructor(private readonly tokenTexts: ReadonlyArray<string | null>) {}
 
   get(key: string, g: Grammar): TokenMasker {
     let m = this.byKey.get(key);
@@ -59,8 +59,9 @@ export class Maskers {
     return m;
   }
 
-  get size(): number {
-    return this.byKey.size;
+  /** A new generation's constraint to grammar `g` (by its key). */
+  constraint(key: string, g: Grammar): Constraint {
+    return new Constraint(this.get(key, g), this.tokenTexts);
   }
 }
 
@@ -105,7 +106,7 @@ export function startSampling(spec: SamplerSpec, maskers: Maskers): Sampling {
     scratch: undefined,
     topLogprobs: spec.topLogprobs,
     lastLogprob: null,
-    constraint: spec.grammar ? new Constraint(maskers.get(spec.grammar.key, spec.grammar.grammar), maskers.tokenTexts) : undefined,
+    constraint: spec.grammar ? maskers.constraint(spec.grammar.key, spec.grammar.grammar) : undefined,
     rand: mulberry32(spec.seed),
     keep: spec.keep === true,
     budget: spec.budget,
