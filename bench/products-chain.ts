@@ -3,6 +3,7 @@ import { GraphBuilder } from '../src/inference/convert/onnx-graph.js';
 import { linear, MATMUL_NBITS_ACCURACY_LEVEL } from '../src/inference/convert/onnx-linear.js';
 import { isQuantBlock, QUANT_BLOCK_SIZES } from '../src/inference/convert/quantize.js';
 import { FLOAT32_ACCURACY_LEVEL } from '../src/inference/runtime/prefill-graph.js';
+import { mulberry32 } from '../src/inference/runtime/sampler.js';
 import { spinningSessionConfig } from '../src/inference/runtime/spin.js';
 import { benchArgs, fmt, machine, median, wholeFlag, wholeListFlag } from './lib.js';
 
@@ -32,6 +33,8 @@ const LEVELS = args.has('accuracy') ? wholeListFlag(args, 'accuracy', MATMUL_NBI
 for (const l of LEVELS) if (l !== FLOAT32_ACCURACY_LEVEL && l !== MATMUL_NBITS_ACCURACY_LEVEL) throw new Error(`--accuracy: each ${FLOAT32_ACCURACY_LEVEL} (float32) or ${MATMUL_NBITS_ACCURACY_LEVEL} (int8 activations), got '${args.get('accuracy')}'`);
 // Checked before any session is built: a block MatMulNBits does not take stopped the run after the others had loaded.
 for (const b of BLOCKS) if (!isQuantBlock(b)) throw new Error(`--blocks: each one of ${QUANT_BLOCK_SIZES.join(', ')}, got '${args.get('blocks')}'`);
+/** The chain's output rms must lie within this and its inverse: far from float32's denormals (below 1.2e-38) and its overflow. */
+const DENORMAL_GUARD_RMS = 1e-6;
 /** Runs timed a round per case: enough for a median at a few milliseconds a run. */
 const RUNS_PER_ROUND = 150;
 /** Untimed runs before a round: the first runs after another case's find its weights out of the caches. */
@@ -50,9 +53,15 @@ function chain(layers: number, block: number, accuracyLevel: number): { model: U
   let x = gb.input('x', 'float32', [1, D]);
   let seed = 0;
   // Values of no use but their own bytes: each matrix differs, so none is shared with another.
+  // Uniform in +-sqrt(3 / k), a variance of 1 / k, so that a product keeps its input's size and a
+  // chain of them never reaches float32's denormal range, where x86 computes dozens of times
+  // slower: the weights this bench used before the fifty-first session (0.02 sin(...)) shrank the
+  // values ~1e5-fold a layer, and the "cliff" it read past 8 layers of m110's shape (7 of m25's)
+  // was denormal activations, not the cache (bench/README.md, fifty-first session).
   const w = (k: number, n: number) => {
-    seed++;
-    return Float32Array.from({ length: k * n }, (_, i) => Math.sin(i * 0.7 + seed * 1.3) * 0.02);
+    const rand = mulberry32(++seed);
+    const a = Math.sqrt(3 / k);
+    return Float32Array.from({ length: k * n }, () => (2 * rand() - 1) * a);
   };
   // The next product's input: the first `n` of the previous one's outputs (its K) on axis 1, as the split does in the graph.
   const first = (t: string, n: number) => gb.op1('Slice', [t, gb.i64([0]), gb.i64([n]), gb.i64([1]) /* axes */]);
@@ -101,6 +110,15 @@ async function main() {
       }
       c.ms.push(median(ts));
     }
+  }
+  // The guard on what the weights above promise: a chain whose output had shrunk to float32's
+  // denormal range (or grown past its range) would time the slow arithmetic, not the weights' read.
+  for (const c of cases) {
+    const out = (await c.s.run(feeds))[c.s.outputNames[0]!]!.data as Float32Array;
+    let rms = 0;
+    for (const v of out) rms += v * v;
+    rms = Math.sqrt(rms / out.length);
+    if (!(rms > DENORMAL_GUARD_RMS && rms < 1 / DENORMAL_GUARD_RMS)) throw new Error(`products-chain: the ${c.layers}-layer chain's output has an rms of ${rms}: its values left float32's normal range, so its times would not be the products'`);
   }
   console.log('| layers | block | accuracy_level | threads | MB read a run | ms a run | ms a layer | GB/s |');
   console.log('| --- | --- | --- | --- | --- | --- | --- | --- |');
