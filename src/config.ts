@@ -133,6 +133,13 @@ const envSchema = z.object({
   // prefill graph for steps of 8-32 tokens (a short prompt: one stream's time to first token of
   // m25 int4 7.7 -> 6.6 ms), one more copy of the int8 weights.
   ORT_SPINNING_SESSION: bool.default(true),
+  // That spinning session runs a chat model's slot-cache graph rewritten for steps of one token a
+  // row (a decode step; runtime/one-token-graph.ts): a token's own key and value without MatMuls,
+  // no softmax floor, the heads' Transposes as reshapes, 40 nodes fewer a step at m25. Its other
+  // steps (a prompt's) then run on the other sessions. One stream of m25 int4's graph alone: a
+  // step 0.92 of the time on two spinning threads (bench/README.md, fifty-first session). No more
+  // memory: it is the spinning session's graph, not another session.
+  ORT_ONE_TOKEN_GRAPH: bool.default(true),
   // A model of block-quantized weights (int8, q4, q4f16) of at most 256 MiB (1 GiB where its memory
   // fits, runtime/engine.ts PREFILL_SESSION_MEMORY_SHARE) also loads its graph
   // with those products as int8 ones (the weights rounded to int8 per column, the activations per

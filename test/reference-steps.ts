@@ -57,14 +57,19 @@ export async function promptsBesideDecoding(step: Step, tok: (n: number, seed: n
  * as worker.ts steps it (slotStepFeeds, a run, slotStepDone), each step checked against the reference
  * (referenceSteps): `step` runs rows, `sl` is the cache, `maxErr` and `tok` as referenceSteps gives them.
  */
-export async function checkedSlotSteps(ck: LlamaCheckpoint, graph: Uint8Array) {
+export async function checkedSlotSteps(ck: LlamaCheckpoint, graph: Uint8Array, oneTokenGraph?: Uint8Array) {
   const sess = await ort.InferenceSession.create(graph, { intraOpNumThreads: 1 });
+  // Steps of one token a row run on `oneTokenGraph` where it is given (runtime/one-token-graph.ts), the others on `graph`.
+  const oneToken = oneTokenGraph && (await ort.InferenceSession.create(oneTokenGraph, { intraOpNumThreads: 1 }));
   const c = ck.config;
   const sl = new KvSlots({ layers: c.nLayers, kvHeads: c.nKvHeads, headDim: headSize(c), positionsMax: c.seqLen, emptyCacheFeeds: true });
   const { check, maxErr, tok } = referenceSteps(ck);
   const step = async (rows: Array<{ seq: number; tokens: number[] }>) => {
     const st = slotStepFeeds(sl, rows);
-    check(rows, slotStepDone(sl, st, await sess.run(st.feeds)), (seq) => sl.len(seq));
+    const on = oneToken && rows.every((r) => r.tokens.length === 1) ? oneToken : sess;
+    if (on === oneToken) oneTokenSteps++;
+    check(rows, slotStepDone(sl, st, await on.run(st.feeds)), (seq) => sl.len(seq));
   };
-  return { sl, step, maxErr, tok };
+  let oneTokenSteps = 0;
+  return { sl, step, maxErr, tok, oneTokenSteps: () => oneTokenSteps };
 }

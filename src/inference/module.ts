@@ -28,6 +28,7 @@ export const inferenceModule: Module = {
       threadsSpin: c.ORT_INTRA_OP_SPIN,
       narrowSession: c.ORT_NARROW_SESSION,
       spinningSession: c.ORT_SPINNING_SESSION,
+      oneTokenGraph: c.ORT_ONE_TOKEN_GRAPH,
       prefillSession: c.ORT_PREFILL_SESSION,
       longSession: c.ORT_LONG_STEP_SESSION,
       tokensPostIntervalMs: c.TOKENS_POST_INTERVAL_MS,

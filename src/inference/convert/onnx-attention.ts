@@ -248,6 +248,30 @@ export function slotAttentionCore(
 }
 
 /**
+ * slotAttentionCore for steps of one new token a row (runtime/one-token-graph.ts): q [B, KV, g, hd]
+ * over the cache [B, KV, C, hd] and the row's own key and value [B, KV, 1, hd]; `probSplit` is
+ * [capacity, 1]. The own key's score is one dot product a head and its value one scaled vector, so
+ * they are a Mul and a ReduceSum, and a Mul, where the general form runs a MatMul for each (about
+ * 3.5 us apiece at one row, against ~1 for an element-wise node: bench/README.md, fifty-first
+ * session); a token sees itself, so there is no new-token bias to add. And no softmax floor: a
+ * row's masked positions are MASK_VALUE below its scores, whose exp() is an exact 0, not a
+ * denormal, and one row's few scores far below its max cost nothing that matters (the floor is for
+ * a long prompt's squares of scores). Returns the context [B, KV, g, hd] as `output`.
+ */
+export function oneTokenAttentionCore(
+  gb: GraphBuilder,
+  t: { q: string; k: string; v: string; cacheK: string; cacheV: string },
+  c: { cacheBias: string; probSplit: string },
+  output?: string,
+): string {
+  const cacheScores = gb.op1('Add', [gb.op1('MatMul', [t.q, gb.op1('Transpose', [t.cacheK], { perm: [0, 1, 3, 2] })]), c.cacheBias]); // [B, KV, g, C]
+  const ownScore = gb.op1('ReduceSum', [gb.op1('Mul', [t.q, t.k]), gb.i64([-1])], { keepdims: 1 }); // [B, KV, g, 1]
+  const probs = gb.op1('Softmax', [gb.op1('Concat', [cacheScores, ownScore], { axis: -1 })], { axis: -1 });
+  const [pCache, pOwn] = gb.op('Split', [probs, c.probSplit], { axis: -1 }, 2) as [string, string];
+  return gb.op1('Add', [gb.op1('MatMul', [pCache, t.cacheV]), gb.op1('Mul', [pOwn, t.v])], {}, output);
+}
+
+/**
  * slotAttentionCore with the new tokens' queries in `chunks` pieces of about equal length, each
  * scoring the cache and only the new keys up to its own end (the causal mask's upper triangle is
  * not computed), the pieces' contexts concatenated again; `output` names the result. The same

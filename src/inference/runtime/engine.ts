@@ -46,6 +46,8 @@ export interface EngineConfig {
   narrowSession?: boolean;
   /** ORT_SPINNING_SESSION: such a model also loads a session whose threads spin while a step runs, for steps while few sequences run (extraSessionsFor). */
   spinningSession?: boolean;
+  /** ORT_ONE_TOKEN_GRAPH: that session runs the slot graph rewritten for steps of one token a row (one-token-graph.ts). */
+  oneTokenGraph?: boolean;
   /** ORT_PREFILL_SESSION: a model of block-quantized weights also loads its graph with those products as int8 ones, for steps of several rows (extraSessionsFor). */
   prefillSession?: boolean;
   /** ORT_LONG_STEP_SESSION: such a model also loads that graph with its attention in pieces, for long prompts' steps (extraSessionsFor). */
@@ -153,7 +155,7 @@ export function extraSessionsFor(
   dtype: ModelDtype,
   allow: { narrow: boolean; spinning: boolean; prefill: boolean; long?: boolean; spin: ThreadSpin },
   { memory = memoryForModels(), graphs = 1 }: { memory?: number; graphs?: number } = {},
-): Required<LoadedSessions> {
+): Required<Omit<LoadedSessions, 'spinningOneToken'>> {
   const bytes = modelBytes(modelFile);
   const small = bytes <= EXTRA_SESSIONS_MODEL_BYTES_MAX;
   const fits = threads > 1 && small;
@@ -245,6 +247,7 @@ export class Engine implements InferenceEngine {
           workerNice,
           sched,
           spin: cfg.threadsSpin ?? 'off',
+          oneTokenGraph: cfg.oneTokenGraph ?? true,
           tokensPostIntervalMs: cfg.tokensPostIntervalMs ?? TOKENS_POST_INTERVAL_MS,
           kvSplit: cfg.kvSplit ?? true,
           kvOnDevice: cfg.kvOnDevice ?? true,

@@ -26,6 +26,8 @@ export interface InitMsg {
   narrowSession: boolean;
   /** Also load a session on every core whose threads spin while a run lasts; steps while few sequences run may go there (session-choice.ts). */
   spinningSession: boolean;
+  /** That session runs the graph rewritten for steps of one token a row (one-token-graph.ts), where the graph has the slot form, and then only such steps. */
+  oneTokenGraph: boolean;
   /** Also load the graph with its block-quantized products as int8 ones (prefill-graph.ts), where it has any, and with spinningSession that graph on spinning threads too; steps of several rows may go there (session-choice.ts). */
   prefillSession: boolean;
   /** That graph may also load on one thread, for steps while other model workers fill the cores (peers.ts): only a model small enough for one more copy. */

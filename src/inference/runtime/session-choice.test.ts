@@ -50,6 +50,14 @@ describe('sessionsFor', () => {
     expect(sessionsFor(16 * 20, 16, all)).toEqual(['wide', 'prefill']); // 16 prompts of 20 tokens in one step
     expect(sessionsFor(1, 1, all)).toEqual(ALL);
   });
+  it('offers a spinning session on the one-token graph only to steps of one token a row', () => {
+    const oneToken = { narrow: true, spinning: true, spinningOneToken: true, prefill: true, prefillSpinning: true };
+    expect(sessionsFor(1, 1, oneToken)).toEqual(ALL); // one stream's decode step
+    expect(sessionsFor(4, 4, oneToken, false, 1)).toEqual(ALL); // four rows of one token
+    expect(sessionsFor(20, 1, oneToken)).toEqual(['wide', 'narrow', 'prefill', 'prefillSpinning']); // a chat prompt
+    expect(sessionsFor(2, 1, oneToken)).toEqual(PAIR); // a prompt's last two tokens
+    expect(sessionsFor(4, 2, oneToken, false, 2)).toEqual(PAIR); // two rows of two
+  });
   it('runs steps whose longest row adds at least LONG_SESSION_STEP_TOKENS_MIN tokens on the long-step session alone, never while crowded', () => {
     const all = { narrow: true, spinning: true, prefill: true, prefillSpinning: true, long: true };
     expect(sessionsFor(LONG_SESSION_STEP_TOKENS_MIN, 1, all)).toEqual(['long']); // one long prompt chunk

@@ -140,6 +140,8 @@ const SWITCH_MARGIN = 0.1;
 export interface LoadedSessions {
   narrow: boolean;
   spinning: boolean;
+  /** The spinning session runs the one-token graph (one-token-graph.ts): steps of one token a row only. */
+  spinningOneToken?: boolean;
   prefill: boolean;
   prefillSpinning: boolean;
   /** The prefill graph on one thread, for steps while other model workers fill the cores (peers.ts); absent: not loaded. */
@@ -180,7 +182,7 @@ export function sessionsFor(tokens: number, sequences: number, loaded: LoadedSes
   if (loaded.long && rowTokens >= LONG_SESSION_STEP_TOKENS_MIN) return LONG_ONLY;
   let set = KIND_BIT.wide;
   if (loaded.narrow && tokens <= NARROW_STEP_TOKENS_MAX) set |= KIND_BIT.narrow;
-  if (loaded.spinning && sequences <= SPINNING_SEQUENCES_MAX) set |= KIND_BIT.spinning;
+  if (loaded.spinning && sequences <= SPINNING_SEQUENCES_MAX && (!loaded.spinningOneToken || rowTokens === 1)) set |= KIND_BIT.spinning;
   if (loaded.prefill && tokens >= PREFILL_STEP_TOKENS_MIN) set |= KIND_BIT.prefill;
   if (loaded.prefillSpinning && sequences <= SPINNING_SEQUENCES_MAX && tokens >= PREFILL_STEP_TOKENS_MIN && tokens <= PREFILL_SPINNING_STEP_TOKENS_MAX) set |= KIND_BIT.prefillSpinning;
   return SETS.get(set)!;

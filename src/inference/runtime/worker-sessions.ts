@@ -8,6 +8,7 @@ import type { LoadedSessions, SessionKind } from './session-choice.js';
 import { spinningSessionConfig, spinSessionConfig } from './spin.js';
 import { prefillGraph } from './prefill-graph.js';
 import { longStepGraph } from './long-steps.js';
+import { oneTokenGraph } from './one-token-graph.js';
 import { withRewrittenGraphConfig } from './external-data.js';
 import { residentSessions, type ResidentSessions } from './kv-resident.js';
 import { weightTypeHere } from './integer-products.js';
@@ -121,13 +122,23 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void, o
     const graph = prefill && longStepGraph(prefill);
     return graph ? createSession(graph, withRewrittenGraphConfig(prefillOptions, file)) : undefined;
   };
+  // The spinning session runs the graph rewritten for one-token steps where it can be (one-token-graph.ts), else the graph as converted.
+  let spinningOneToken = false;
+  const spinningSessionOf = async (file: string) => {
+    const options = { ...cpu, extra: { session: spinningSessionConfig('decode') } };
+    const graph = msg.oneTokenGraph ? oneTokenGraph(fs.readFileSync(file)) : undefined;
+    if (!graph) return createSession(file, options);
+    const s = await createSession(graph, withRewrittenGraphConfig(options, file));
+    spinningOneToken = true;
+    return s;
+  };
   // The extra sessions are CPU sessions: a model on a GPU provider runs every step on it.
   const onCpu = provider === 'cpu';
   const byKind: LoadedModel['byKind'] = {
     wide: session,
     // Threads are per session: one thread here, every core in `session`.
     narrow: onCpu && msg.narrowSession ? await extra('one-thread session', `every step runs on ${msg.intraOpThreads} threads`, () => createSession(msg.modelPath, { ...cpu, intraOpNumThreads: 1 })) : undefined,
-    spinning: onCpu && msg.spinningSession ? await extra('spinning session', 'steps run on sleeping threads', () => createSession(msg.modelPath, { ...cpu, extra: { session: spinningSessionConfig('decode') } })) : undefined,
+    spinning: onCpu && msg.spinningSession ? await extra('spinning session', 'steps run on sleeping threads', () => spinningSessionOf(msg.modelPath)) : undefined,
     prefill: onCpu && msg.prefillSession ? await extra('prefill session', 'long steps multiply as short ones do', () => prefillSessionOf(msg.modelPath)) : undefined,
     prefillSpinning:
       onCpu && msg.prefillSession && msg.spinningSession ? await extra('spinning prefill session', 'short steps of several rows run on sleeping threads', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, extra: { session: spinningSessionConfig('prompt') } })) : undefined,
@@ -137,7 +148,7 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void, o
       onCpu && msg.prefillNarrowSession && (msg.peers?.live.length ?? 0) > 1 && msg.intraOpThreads > 1 ? await extra('one-thread prefill session', 'a step of several rows beside other busy models runs on every core', () => prefillSessionOf(msg.modelPath, { ...prefillOptions, intraOpNumThreads: 1 })) : undefined,
     long: onCpu && msg.longSession ? await extra('long-step session', "a long prompt's attention runs in one piece", () => longSessionOf(msg.modelPath)) : undefined,
   };
-  const loaded = { narrow: !!byKind.narrow, spinning: !!byKind.spinning, prefill: !!byKind.prefill, prefillSpinning: !!byKind.prefillSpinning, prefillNarrow: !!byKind.prefillNarrow, long: !!byKind.long };
+  const loaded = { narrow: !!byKind.narrow, spinning: !!byKind.spinning, spinningOneToken: !!byKind.spinning && spinningOneToken, prefill: !!byKind.prefill, prefillSpinning: !!byKind.prefillSpinning, prefillNarrow: !!byKind.prefillNarrow, long: !!byKind.long };
   if (byKind.prefill || byKind.prefillSpinning) arch.prefillWeights = await weightTypeHere();
   // Only webgpu hands a tensor back on the device (onnxruntime-node's 'gpu-buffer'); elsewhere the cache would go round the host as before.
   const resident =
