@@ -126,7 +126,12 @@ export async function loadModel(msg: InitMsg, warn: (message: string) => void, o
   let spinningOneToken = false;
   const spinningSessionOf = async (file: string) => {
     const options = { ...cpu, extra: { session: spinningSessionConfig('decode') } };
-    const graph = msg.oneTokenGraph ? oneTokenGraph(fs.readFileSync(file)) : undefined;
+    let graph: Uint8Array | undefined;
+    try {
+      graph = msg.oneTokenGraph ? oneTokenGraph(fs.readFileSync(file)) : undefined;
+    } catch (e) {
+      warn(`one-token graph not made (${(e as Error).message}); the spinning session runs the graph as converted`);
+    }
     if (!graph) return createSession(file, options);
     const s = await createSession(graph, withRewrittenGraphConfig(options, file));
     spinningOneToken = true;
