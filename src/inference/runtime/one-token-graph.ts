@@ -9,10 +9,10 @@ import { attrInts, dropUnread, rewriteSlotAttention } from './slot-attention-rew
 // decode step at one row is mostly nodes of a few microseconds each (m25 int4 on an Intel machine
 // with AMX: 0.54 ms of products in a 0.91 ms step, its attention 0.24 ms of the rest), and a
 // token's own key and value, and heads moved across an axis of length 1, need no MatMul and no
-// Transpose: 40 nodes fewer at m25, a step 0.93 of the time (bench/README.md, fifty-first
-// session). The same answers to float32's rounding (one-token-graph.test.ts); a graph of
-// block-quantized weights rounds its activations to int8, where a difference in the last bit can
-// move a rounding, as the other sessions' graphs can.
+// Transpose: 40 nodes fewer at m25, a step 0.92 of the time on two spinning threads
+// (bench/README.md, fifty-first session). The same answers to float32's rounding
+// (one-token-graph.test.ts); a graph of block-quantized weights rounds its activations to int8,
+// where a difference in the last bit can move a rounding, as the other sessions' graphs can.
 
 const { onnx } = onnxProto;
 type Node = P.INodeProto;
