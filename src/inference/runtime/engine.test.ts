@@ -788,6 +788,9 @@ describe('engine with a one-thread and a spinning session beside the every-core 
     // 4-row steps are measured here), so these generations switch sessions mid-sequence.
     const both = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 2, narrowSession: true, spinningSession: true, options: { batchSizeMax: 32 } });
     try {
+      // The spinning session runs the one-token graph (ORT_ONE_TOKEN_GRAPH's default): decode steps only, prompts elsewhere.
+      const runner = (both as unknown as { models: Map<string, { runners: Array<{ sessions?: { spinning: boolean; spinningOneToken?: boolean } }> }> }).models.get(gen())!.runners[0]!;
+      expect(runner.sessions).toMatchObject({ spinning: true, spinningOneToken: true });
       for (const i of [0, 3, 7]) {
         const want = await collect(greedy(prompt(i), 16));
         const got = await collect(both.generate(gen(), { promptTokens: prompt(i), maxTokens: 16, temperature: 0, topP: 1, stop: [] }));
@@ -808,6 +811,21 @@ describe('engine with a one-thread and a spinning session beside the every-core 
       for (const threads of ['one', 'all', 'all_spinning']) await expect.poll(() => on(threads), { timeout: 5_000 }).toBeGreaterThan(0);
     } finally {
       await both.close();
+    }
+  });
+});
+
+describe('engine with ORT_ONE_TOKEN_GRAPH off', () => {
+  it('runs the graph as converted on its spinning session, with the same greedy tokens', async () => {
+    const plain = await Engine.load({ modelsDir, executionProvider: 'cpu', strict: false, intraOpThreads: 2, narrowSession: true, spinningSession: true, oneTokenGraph: false, options: { batchSizeMax: 32 } });
+    try {
+      const runner = (plain as unknown as { models: Map<string, { runners: Array<{ sessions?: { spinning: boolean; spinningOneToken?: boolean } }> }> }).models.get(gen())!.runners[0]!;
+      expect(runner.sessions).toMatchObject({ spinning: true, spinningOneToken: false });
+      const want = await collect(greedy(prompt(3), 16));
+      const got = await collect(plain.generate(gen(), { promptTokens: prompt(3), maxTokens: 16, temperature: 0, topP: 1, stop: [] }));
+      expect(got.ids).toEqual(want.ids);
+    } finally {
+      await plain.close();
     }
   });
 });

@@ -278,7 +278,7 @@ export class Engine implements InferenceEngine {
         };
         models.set(c.id, { info, text, runners, schedulers });
         engineMetrics.modelInfo.set({ model: c.id, provider: runner.arch.provider, dtype });
-        log.info({ model: c.id, kind: c.kind, dtype, provider: runner.arch.provider, arch: runner.arch, warmUp: runner.warmPace, replicas: count > 1 ? count : undefined }, 'model loaded');
+        log.info({ model: c.id, kind: c.kind, dtype, provider: runner.arch.provider, arch: runner.arch, sessions: runner.sessions, warmUp: runner.warmPace, replicas: count > 1 ? count : undefined }, 'model loaded');
       } catch (e) {
         // The process exits (threads-at-exit.ts): the rest need not load.
         if (e instanceof RunnerClosed) break;

@@ -7,7 +7,7 @@
 import type { PeerShare } from './peers.js';
 import type { Cuts, LogitAdjust, TokenLogprob } from '../engine-api.js';
 import type { Grammar } from '../grammar/grammar.js';
-import type { SessionKind } from './session-choice.js';
+import type { LoadedSessions, SessionKind } from './session-choice.js';
 import type { ThreadSpin } from './spin.js';
 import type { ModelThreadSched } from './thread-policy.js';
 import type { StepTokens } from './token-posts.js';
@@ -181,7 +181,7 @@ export type WorkerCommand =
   | { type: 'exit'; code: number };
 
 export type WorkerEvent =
-  | { type: 'ready'; arch: Arch; pace?: WarmPace }
+  | { type: 'ready'; arch: Arch; pace?: WarmPace; sessions: LoadedSessions }
   /** The model could not be loaded: the worker is of no use. */
   | { type: 'init-error'; message: string }
   /** Loaded, but not as asked (a GPU provider fell back to CPU, the branch graph was left out): for the log. */

@@ -9,6 +9,7 @@ import { releaseDeviceLockOf } from './device-lock.js';
 import { engineMetrics as M } from './metrics.js';
 import { WorkerPeers } from './peers.js';
 import { noPasses, type Arch, type InitMsg, type ModelPasses, type WorkerEvent, type WorkerCommand, type StepRow, type WarmPace } from './protocol.js';
+import type { LoadedSessions } from './session-choice.js';
 
 /** A prompt step's answer: every row's last-position logits; sampled rows' tokens (-1 for the others) and logprobs when asked. */
 export interface StepResult {
@@ -54,6 +55,8 @@ export class Runner {
   arch!: Arch;
   /** The first worker's warm-up, timed (absent where it ran none): admission's pace until the model's own steps are measured. */
   warmPace: WarmPace | undefined;
+  /** Which of the extra sessions the last worker loaded (worker-sessions.ts), for the load's log line and tests. */
+  sessions: LoadedSessions | undefined;
   kvBytes = 0;
   /** Set by the scheduler: every sequence the dead worker held must end as failed. */
   onLost: ((e: WorkerLost) => void) | undefined;
@@ -103,6 +106,7 @@ export class Runner {
         if (m.type === 'ready') {
           worker.off('message', onMsg);
           this.warmPace ??= m.pace;
+          this.sessions = m.sessions;
           resolve(m.arch);
         } else if (m.type === 'warning') log.warn({ model: init.modelPath }, m.message);
         else if (m.type === 'init-error') reject(new Error(m.message));

@@ -949,7 +949,7 @@ async function onCommand(msg: WorkerCommand): Promise<void> {
         });
         // A model the GPU provider could not take runs on the CPU (worker-sessions.ts): no device to share.
         if (w.arch.provider === 'cpu') w.device = undefined;
-        port.postMessage({ type: 'ready', arch: w.arch, ...(pace ? { pace } : {}) } satisfies WorkerEvent);
+        port.postMessage({ type: 'ready', arch: w.arch, ...(pace ? { pace } : {}), sessions: w.loaded } satisfies WorkerEvent);
       } catch (e) {
         port.postMessage({ type: 'init-error', message: (e as Error).message } satisfies WorkerEvent);
       }
