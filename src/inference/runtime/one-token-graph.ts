@@ -1,7 +1,7 @@
 import onnxProto from 'onnx-proto';
 import type { onnx as P } from 'onnx-proto';
 import { oneTokenAttentionCore } from '../convert/onnx-attention.js';
-import { attrInts, dropUnread, rewriteSlotAttention } from './slot-attention-rewrite.js';
+import { attrInt, attrInts, dropUnread, graphIndex, int64s, rewriteSlotAttention } from './slot-attention-rewrite.js';
 
 // The graph of a chat model's steps of one new token a row (a decode step), which the spinning
 // session runs (session-choice.ts): the slot-cache graph with each layer's attention in
@@ -15,7 +15,6 @@ import { attrInts, dropUnread, rewriteSlotAttention } from './slot-attention-rew
 // where a difference in the last bit can move a rounding, as the other sessions' graphs can.
 
 const { onnx } = onnxProto;
-type Node = P.INodeProto;
 type Tensor = P.ITensorProto;
 
 /**
@@ -24,33 +23,33 @@ type Tensor = P.ITensorProto;
  * would be wrong or its reshapes would fail: only one-token steps may run on it.
  */
 export function oneTokenGraph(bytes: Uint8Array): Uint8Array | undefined {
-  const model = rewriteSlotAttention(bytes, (gb, core) => oneTokenAttentionCore(gb, core.t, { cacheBias: 'cache_bias', probSplit: core.probSplit }, core.ctx));
+  const contexts = new Set<string>();
+  const model = rewriteSlotAttention(bytes, (gb, core) => {
+    contexts.add(core.ctx);
+    oneTokenAttentionCore(gb, core.t, { cacheBias: 'cache_bias', probSplit: core.probSplit }, core.ctx);
+  });
   if (!model) return undefined;
-  headsAsReshapes(model.graph!);
+  headsAsReshapes(model.graph!, contexts);
   dropUnread(model.graph!);
   return onnx.ModelProto.encode(model).finish();
 }
 
 /**
  * The heads' Transposes that swap the token axis (length 1 here) with the heads': the projection's
- * Reshape to [B, S, heads, hd] then [B, heads, S, hd] becomes one Reshape to [B, heads, 1, hd], and
- * the context's [B, H, S, hd] then [B, S, H, hd] then [B, S, D] one Reshape to [B, 1, D]. A Transpose
- * that is not one of these two is left as it is.
+ * Reshape to [B, S, heads, hd] then [B, heads, S, hd], read by the Split of its heads, becomes one
+ * Reshape to [B, heads, 1, hd]; and a context's (`contexts`, the cores' answers, or a Reshape of
+ * one for grouped heads) [B, H, S, hd] then [B, S, H, hd] then [B, S, D] one Reshape to [B, 1, D].
+ * A Transpose that is not one of these is left as it is.
  */
-function headsAsReshapes(g: P.IGraphProto): void {
-  const producer = new Map<string, Node>();
-  const consumers = new Map<string, Node[]>();
-  for (const n of g.node!) {
-    for (const o of n.output ?? []) producer.set(o, n);
-    for (const i of n.input ?? []) consumers.set(i, [...(consumers.get(i) ?? []), n]);
-  }
-  const constants = new Map((g.initializer ?? []).map((t) => [t.name!, t]));
+function headsAsReshapes(g: P.IGraphProto, contexts: Set<string>): void {
+  const { producer, consumers, constants } = graphIndex(g);
   const added: Tensor[] = [];
   const shape = (name: string, dims: number[]): string => {
     const t: Tensor = { name: `one-token.shape.${added.length}.${name}`, dataType: onnx.TensorProto.DataType.INT64, dims: [dims.length], rawData: new Uint8Array(BigInt64Array.from(dims.map(BigInt)).buffer) };
     added.push(t);
     return t.name!;
   };
+  const isContext = (name: string) => contexts.has(name) || (producer.get(name)?.opType === 'Reshape' && contexts.has(producer.get(name)!.input![0]!));
   for (const t of g.node!) {
     if (t.opType !== 'Transpose' || attrInts(t, 'perm')?.join() !== '0,2,1,3') continue;
     const readers = consumers.get(t.output![0]!) ?? [];
@@ -58,24 +57,18 @@ function headsAsReshapes(g: P.IGraphProto): void {
     const before = producer.get(t.input![0]!);
     const reader = readers[0]!;
     const beforeShape = before?.opType === 'Reshape' ? int64s(constants.get(before.input![1]!)) : undefined;
-    if (beforeShape?.length === 4 && beforeShape[0] === 0 && beforeShape[1] === 0 && beforeShape[2]! > 0 && beforeShape[3]! > 0 && (consumers.get(before!.output![0]!) ?? []).length === 1) {
+    const headsSplit = reader.opType === 'Split' && attrInt(reader, 'axis') === 1;
+    if (headsSplit && beforeShape?.length === 4 && beforeShape[0] === 0 && beforeShape[1] === 0 && beforeShape[2]! > 0 && beforeShape[3]! > 0 && consumers.get(before!.output![0]!)?.length === 1) {
       // The projection's heads: [B, 1, heads * hd] -> [B, heads, 1, hd] at once.
       before!.input = [before!.input![0]!, shape(before!.output![0]!, [0, beforeShape[2]!, 1, beforeShape[3]!])];
       reader.input = reader.input!.map((i) => (i === t.output![0] ? before!.output![0]! : i));
       continue;
     }
     const afterShape = reader.opType === 'Reshape' ? int64s(constants.get(reader.input![1]!)) : undefined;
-    if (afterShape?.join() === '0,0,-1') {
+    if (isContext(t.input![0]!) && afterShape?.join() === '0,0,-1') {
       // The context: [B, H, 1, hd] -> [B, 1, H * hd] at once.
       reader.input = [t.input![0]!, shape(reader.output![0]!, [0, 1, -1])];
     }
   }
   g.initializer = [...(g.initializer ?? []), ...added];
-}
-
-/** An int64 constant's values (raw or typed), or undefined where `t` is not one. */
-function int64s(t: Tensor | undefined): number[] | undefined {
-  if (t?.dataType !== onnx.TensorProto.DataType.INT64) return undefined;
-  if (t.rawData?.length) return Array.from(new BigInt64Array(Uint8Array.from(t.rawData).buffer), Number);
-  return t.int64Data?.map(Number);
 }

@@ -24,19 +24,9 @@ export function rewriteSlotAttention(bytes: Uint8Array, write: (gb: GraphBuilder
   if (!g?.node?.length) return undefined;
   const inputs = new Set((g.input ?? []).map((i) => i.name!));
   if (!inputs.has('cache_bias') || !inputs.has('new_bias')) return undefined;
-  const producer = new Map<string, Node>();
-  const consumers = new Map<string, Node[]>();
-  for (const n of g.node) {
-    for (const o of n.output ?? []) producer.set(o, n);
-    for (const i of n.input ?? []) {
-      const readers = consumers.get(i);
-      if (readers) readers.push(n);
-      else consumers.set(i, [n]);
-    }
-  }
+  const { producer, consumers, constants } = graphIndex(g);
   const softmaxes = g.node.filter((n) => n.opType === 'Softmax');
   if (!softmaxes.length) return undefined;
-  const constants = new Map((g.initializer ?? []).map((t) => [t.name!, t]));
   const replaced = new Map<Node, Node[]>(); // each layer's last node -> its new nodes
   const removed = new Set<Node>();
   const added: P.ITensorProto[] = [];
@@ -64,6 +54,28 @@ export function rewriteSlotAttention(bytes: Uint8Array, write: (gb: GraphBuilder
   g.initializer = [...(g.initializer ?? []), ...added];
   dropUnread(g);
   return model;
+}
+
+/** Who makes each value of `g`, who reads it, and its constants by name. */
+export function graphIndex(g: P.IGraphProto): { producer: Map<string, Node>; consumers: Map<string, Node[]>; constants: Map<string, P.ITensorProto> } {
+  const producer = new Map<string, Node>();
+  const consumers = new Map<string, Node[]>();
+  for (const n of g.node ?? []) {
+    for (const o of n.output ?? []) producer.set(o, n);
+    for (const i of n.input ?? []) {
+      const readers = consumers.get(i);
+      if (readers) readers.push(n);
+      else consumers.set(i, [n]);
+    }
+  }
+  return { producer, consumers, constants: new Map((g.initializer ?? []).map((t) => [t.name!, t])) };
+}
+
+/** An int64 constant's values (raw or typed), or undefined where `t` is not one. */
+export function int64s(t: P.ITensorProto | undefined): number[] | undefined {
+  if (t?.dataType !== onnx.TensorProto.DataType.INT64) return undefined;
+  if (t.rawData?.length) return Array.from(new BigInt64Array(Uint8Array.from(t.rawData).buffer), Number);
+  return t.int64Data?.map(Number);
 }
 
 /** One layer's slot attention core as a graph holds it: what it reads, and the nodes it is. */
@@ -137,11 +149,8 @@ function groupsOf(bias: string | undefined, producer: Map<string, Node>, constan
   if (bias === 'new_bias') return 1;
   const tile = producer.get(bias ?? '');
   if (tile?.opType !== 'Tile' || tile.input?.[0] !== 'new_bias') return undefined;
-  const repeats = constants.get(tile.input[1] ?? '');
-  const raw = repeats?.rawData;
-  if (repeats?.dataType !== onnx.TensorProto.DataType.INT64 || !raw || raw.length !== 32) return undefined;
-  const r = new BigInt64Array(Uint8Array.from(raw).buffer);
-  return r[0] === 1n && r[1] === 1n && r[3] === 1n && r[2]! > 1n ? Number(r[2]) : undefined;
+  const r = int64s(constants.get(tile.input[1] ?? ''));
+  return r?.length === 4 && r[0] === 1 && r[1] === 1 && r[3] === 1 && r[2]! > 1 ? r[2] : undefined;
 }
 
 /** Drops the nodes and constants nothing reads any more (the cores' shared floor, the probabilities' split sizes). */
